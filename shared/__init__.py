@@ -1,0 +1,1 @@
+"""Code both services import: the wire contract, SSE helpers, LLM providers, logging, metrics, db."""

@@ -1,0 +1,48 @@
+"""Database engine creation shared by both services: SQLite (embedded default) or PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def ensure_sqlite_dir(url: str) -> None:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+
+
+def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> AsyncEngine:
+    """An async engine tuned per backend.
+
+    SQLite runs in WAL mode with a busy timeout so readers never block the single writer and two
+    processes (a restart overlapping the old one) do not fail with "database is locked".
+    """
+    ensure_sqlite_dir(url)
+    if is_sqlite(url):
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record) -> None:  # pragma: no cover - trivial
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        return engine
+    return create_async_engine(
+        url, echo=echo, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800
+    )
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker:
+    return async_sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,110 @@
+"""Structured JSON logs with correlation ids.
+
+``request_id`` and ``session_id`` live in context variables: set them once at the edge (HTTP
+middleware, run task) and every log line written in that context carries them. Message bodies and
+secrets are never passed to the logger; log ids, sizes and outcomes instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from contextvars import ContextVar
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
+session_id_var: ContextVar[str | None] = ContextVar("session_id", default=None)
+conversation_id_var: ContextVar[str | None] = ContextVar("conversation_id", default=None)
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_MAX_REQUEST_ID = 128
+
+_RESERVED = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "service": self.service,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for name, var in (
+            ("request_id", request_id_var),
+            ("session_id", session_id_var),
+            ("conversation_id", conversation_id_var),
+        ):
+            value = var.get()
+            if value is not None:
+                out[name] = value
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and not key.startswith("_"):
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(out, default=str).decode()
+
+
+def configure_logging(service: str, level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter(service))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # uvicorn's access log would print full paths and query strings; ours logs ids instead.
+    logging.getLogger("uvicorn.access").disabled = True
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+
+
+def _clean_request_id(raw: str | None) -> str:
+    if raw and len(raw) <= _MAX_REQUEST_ID and raw.isprintable() and " " not in raw:
+        return raw
+    return uuid.uuid4().hex
+
+
+class RequestIdMiddleware:
+    """Takes ``X-Request-ID`` from the request (or makes one), binds it for logs, echoes it back.
+
+    Pure ASGI rather than ``BaseHTTPMiddleware`` so streaming responses are not buffered and
+    WebSockets pass through.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        raw = None
+        for name, value in scope.get("headers", ()):
+            if name == b"x-request-id":
+                raw = value.decode("latin-1")
+                break
+        request_id = _clean_request_id(raw)
+        token = request_id_var.set(request_id)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                headers.append((b"x-request-id", request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            request_id_var.reset(token)

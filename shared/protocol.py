@@ -1,0 +1,247 @@
+"""The Agent Service wire contract (v1), shared by the service and every client.
+
+Everything that crosses the boundary between the ConversationService and the Agent Service is
+defined here: the execute request, the SSE event envelope, one payload model per event type and
+the session statuses. Both sides validate with these models, so an event the Agent Service sends
+is checked again by the client as untrusted input.
+
+New event types and fields may be added; existing ones are never renamed or removed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# Bounds that keep one request from exhausting the service. The message limit itself is a
+# setting of the Agent Service (413 above it); these are the hard outer caps of the contract.
+MAX_HISTORY_MESSAGES = 1_000
+MAX_CONTENT_CHARS = 200_000
+MAX_ID_CHARS = 128
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role
+    content: Annotated[str, Field(max_length=MAX_CONTENT_CHARS)]
+
+
+class UserContext(BaseModel):
+    """Who the agent acts for; tools use it for security filtering."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
+    org_id: Annotated[str | None, Field(max_length=MAX_ID_CHARS)] = None
+    permissions: Annotated[list[Annotated[str, Field(max_length=MAX_ID_CHARS)]], Field(max_length=100)] = []
+
+
+class Answer(BaseModel):
+    """The user's reply to a pending ASK_USER; resumes the paused run.
+
+    For a question of kind ``approval`` the text is read as a decision: ``approve``/``yes`` runs the
+    tool, anything else refuses it. ``approved`` may be sent instead to say it explicitly.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    question_id: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
+    text: Annotated[str, Field(max_length=MAX_CONTENT_CHARS)] = ""
+    approved: bool | None = None
+
+
+class ExecuteRequest(BaseModel):
+    """Body of ``POST /api/v1/agent/execute``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: Annotated[str | None, Field(min_length=1, max_length=MAX_ID_CHARS)] = None
+    profile_name: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)] = "default"
+    message: Annotated[str, Field(max_length=MAX_CONTENT_CHARS)] = ""
+    chat_history: Annotated[list[ChatMessage], Field(max_length=MAX_HISTORY_MESSAGES)] = []
+    user_context: UserContext
+    answer: Answer | None = None
+    metadata: dict[str, Any] = {}
+
+    @field_validator("metadata")
+    @classmethod
+    def _small_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if len(value) > 50:
+            raise ValueError("metadata may hold at most 50 keys")
+        return value
+
+
+class EventType(StrEnum):
+    THOUGHT = "THOUGHT"
+    TOOL_START = "TOOL_START"
+    TOOL_END = "TOOL_END"
+    ANSWER_CHUNK = "ANSWER_CHUNK"
+    ASK_USER = "ASK_USER"
+    COMPLETE = "COMPLETE"
+    ERROR = "ERROR"
+
+
+# Events after which a run's stream ends: the run finished, failed or paused for the user.
+TERMINAL_EVENT_TYPES = frozenset({EventType.COMPLETE, EventType.ERROR, EventType.ASK_USER})
+
+
+class ThoughtData(BaseModel):
+    text: str
+    step: int | None = None
+
+
+class ToolStartData(BaseModel):
+    call_id: str
+    tool: str
+    args: dict[str, Any] = {}
+
+
+class ToolEndData(BaseModel):
+    call_id: str
+    tool: str | None = None
+    ok: bool
+    result: Any = None
+    error: str | None = None
+    duration_ms: float
+
+
+class AnswerChunkData(BaseModel):
+    text: str
+
+
+class AskUserKind(StrEnum):
+    QUESTION = "question"
+    APPROVAL = "approval"
+
+
+class AskUserData(BaseModel):
+    question_id: str
+    question: str
+    expires_at: datetime
+    kind: AskUserKind = AskUserKind.QUESTION
+    # For kind=approval: the tool call waiting for a decision.
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+
+
+class CompleteData(BaseModel):
+    answer: str
+    usage: Usage = Usage()
+
+
+class ErrorCode(StrEnum):
+    LLM_UNAVAILABLE = "LLM_UNAVAILABLE"
+    LLM_ERROR = "LLM_ERROR"
+    MAX_STEPS_EXCEEDED = "MAX_STEPS_EXCEEDED"
+    TOKEN_LIMIT_EXCEEDED = "TOKEN_LIMIT_EXCEEDED"
+    TOOL_ERROR = "TOOL_ERROR"
+    CANCELLED = "CANCELLED"
+    INTERRUPTED = "INTERRUPTED"  # the process running the run stopped (crash, restart)
+    QUESTION_EXPIRED = "QUESTION_EXPIRED"
+    INTERNAL = "INTERNAL"
+
+
+class ErrorData(BaseModel):
+    code: str
+    message: str
+    retryable: bool = False
+
+
+EVENT_DATA_MODELS: dict[EventType, type[BaseModel]] = {
+    EventType.THOUGHT: ThoughtData,
+    EventType.TOOL_START: ToolStartData,
+    EventType.TOOL_END: ToolEndData,
+    EventType.ANSWER_CHUNK: AnswerChunkData,
+    EventType.ASK_USER: AskUserData,
+    EventType.COMPLETE: CompleteData,
+    EventType.ERROR: ErrorData,
+}
+
+
+class EventEnvelope(BaseModel):
+    """The JSON ``data:`` of every SSE event; ``seq`` is also the SSE ``id:``."""
+
+    session_id: str
+    run_id: str
+    seq: Annotated[int, Field(ge=1)]
+    type: EventType
+    ts: datetime
+    data: dict[str, Any]
+
+    def payload(self) -> BaseModel:
+        """The typed payload; raises ``pydantic.ValidationError`` when it does not match its type."""
+        return EVENT_DATA_MODELS[self.type].model_validate(self.data)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.type in TERMINAL_EVENT_TYPES
+
+
+class SessionStatus(StrEnum):
+    ACTIVE = "ACTIVE"
+    AWAITING_USER = "AWAITING_USER"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL_SESSION_STATUSES = frozenset({SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.CANCELLED})
+
+
+class PendingQuestion(BaseModel):
+    question_id: str
+    question: str
+    expires_at: datetime
+    kind: AskUserKind = AskUserKind.QUESTION
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+
+
+class SessionStatusResponse(BaseModel):
+    """Body of ``GET /api/v1/agent/sessions/{id}``."""
+
+    session_id: str
+    profile_name: str
+    status: SessionStatus
+    pending_question: PendingQuestion | None = None
+    last_seq: int
+    current_run_id: str | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ProfileInfo(BaseModel):
+    name: str
+    description: str = ""
+    model: str | None = None
+    tools: list[str] = []
+    max_steps: int
+
+
+class ErrorBody(BaseModel):
+    """Every non-2xx JSON response of both services."""
+
+    error: str
+    detail: Any = None
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)

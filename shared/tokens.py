@@ -1,0 +1,46 @@
+"""Token counting with a real BPE tokenizer that works offline.
+
+``bpe-openai`` ships the cl100k/o200k vocabularies inside its wheel, so nothing is downloaded at
+run time. Counts follow OpenAI's chat accounting: a few tokens of framing per message on top of
+the content's tokens.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import bpe_openai
+
+DEFAULT_ENCODING = "cl100k_base"
+# Per-message framing in the chat format (<|start|>role ... <|end|>), as OpenAI documents it.
+TOKENS_PER_MESSAGE = 4
+TOKENS_PER_REPLY = 3
+
+
+@lru_cache(maxsize=4)
+def get_encoding(name: str = DEFAULT_ENCODING):
+    return bpe_openai.get_encoding(name)
+
+
+def count_tokens(text: str, encoding: str = DEFAULT_ENCODING) -> int:
+    if not text:
+        return 0
+    return len(get_encoding(encoding).encode_ordinary(text))
+
+
+def count_message_tokens(role: str, content: str, encoding: str = DEFAULT_ENCODING) -> int:
+    """Tokens one chat message costs in a prompt, framing included."""
+    return TOKENS_PER_MESSAGE + count_tokens(role, encoding) + count_tokens(content, encoding)
+
+
+def count_messages_tokens(messages: list[tuple[str, str]], encoding: str = DEFAULT_ENCODING) -> int:
+    return sum(count_message_tokens(role, content, encoding) for role, content in messages) + TOKENS_PER_REPLY
+
+
+def truncate_to_tokens(text: str, max_tokens: int, encoding: str = DEFAULT_ENCODING) -> str:
+    """The longest prefix of ``text`` within ``max_tokens`` tokens (cut on a token boundary)."""
+    enc = get_encoding(encoding)
+    tokens = enc.encode_ordinary(text)
+    if len(tokens) <= max_tokens:
+        return text
+    return enc.decode(tokens[:max_tokens])
