@@ -138,3 +138,11 @@ class LLMStatusError(LLMError):
 
 class LLMProtocolError(LLMError):
     pass
+
+
+# The system prompt the HistoryExtractor sends when it compresses older history into a summary.
+# Any provider can follow it; the built-in model recognises it and summarises extractively.
+SUMMARIZE_SYSTEM_PROMPT = (
+    "Summarize the conversation below in a few sentences for an assistant that will continue it. "
+    "Keep names, numbers, decisions and open questions. Reply with the summary only."
+)
