@@ -1,0 +1,2 @@
+CREATE DATABASE agent;
+CREATE DATABASE conversation;
