@@ -1,0 +1,1 @@
+"""The ConversationService database: ORM models, the unit of work, migrations."""

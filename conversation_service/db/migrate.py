@@ -1,0 +1,64 @@
+"""Run the Alembic revisions of ``migrations/conversation`` from inside the service.
+
+The service already has an async engine; Alembic is synchronous, so the migration runs through
+``AsyncConnection.run_sync`` on a connection handed to ``env.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import inspect
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from shared.db import create_engine
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations" / "conversation"
+HEAD = "head"
+
+
+def alembic_config() -> Config:
+    config = Config(str(MIGRATIONS_DIR / "alembic.ini"))
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return config
+
+
+async def _run(engine: AsyncEngine, fn, *args) -> None:
+    config = alembic_config()
+
+    def run(sync_connection) -> None:
+        config.attributes["connection"] = sync_connection
+        fn(config, *args)
+
+    async with engine.begin() as conn:
+        await conn.run_sync(run)
+
+
+async def upgrade(engine: AsyncEngine, revision: str = HEAD) -> None:
+    await _run(engine, command.upgrade, revision)
+
+
+async def downgrade(engine: AsyncEngine, revision: str) -> None:
+    await _run(engine, command.downgrade, revision)
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    async with engine.connect() as conn:
+        return await conn.run_sync(lambda c: MigrationContext.configure(c).get_current_revision())
+
+
+async def table_names(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as conn:
+        return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+
+
+async def upgrade_url(url: str, revision: str = HEAD) -> None:
+    engine = create_engine(url)
+    try:
+        await upgrade(engine, revision)
+    finally:
+        await engine.dispose()

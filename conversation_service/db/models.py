@@ -1,0 +1,310 @@
+"""ORM models of the ConversationService database.
+
+The schema is owned by the Alembic revisions in ``migrations/conversation``: ``c0001`` (chat:
+conversations, messages, conversation_frames) and ``c0002`` (agent integration, which extends the
+chat schema without replacing it). These models mirror those revisions; a test compares them.
+
+Relationships are ``lazy="raise"``: a hidden lazy load would block the event loop on an async
+session, so every relationship a query needs is loaded explicitly (``selectinload``) or not at all.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+ID_LENGTH = 36  # a UUID in its canonical text form
+EXTERNAL_ID_LENGTH = 128  # ids minted elsewhere (users, orgs, agent sessions): shared.protocol.MAX_ID_CHARS
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator):
+    """A timestamp that is always timezone-aware UTC in Python.
+
+    SQLite stores no offset and hands back naive datetimes; PostgreSQL stores ``timestamptz``.
+    Normalising here means comparisons never mix naive and aware values on either backend.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(timezone.utc)
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+# JSON on SQLite, JSONB on PostgreSQL (indexable, compact).
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class MessageRole(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+
+
+class MessageStatus(StrEnum):
+    COMPLETE = "complete"
+    STREAMING = "streaming"
+    ERROR = "error"
+
+
+class AgentSessionStatus(StrEnum):
+    """Status of a conversation's agent session (spec Story 2, plus ABANDONED for stale ones)."""
+
+    ACTIVE = "ACTIVE"
+    AWAITING_USER = "AWAITING_USER"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    ABANDONED = "ABANDONED"
+
+
+# At most one row per conversation may be in one of these (partial unique index).
+NON_TERMINAL_AGENT_SESSION_STATUSES = (AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER)
+_NON_TERMINAL_SQL = "status IN ('ACTIVE', 'AWAITING_USER')"
+
+
+class InteractionKind(StrEnum):
+    QUESTION = "question"
+    APPROVAL = "approval"
+
+
+class InteractionStatus(StrEnum):
+    PENDING = "PENDING"
+    ANSWERED = "ANSWERED"
+    EXPIRED = "EXPIRED"
+
+
+def _in(column: str, enum: type[StrEnum]) -> str:
+    return f"{column} IN ({', '.join(repr(m.value) for m in enum)})"
+
+
+# --- c0001: chat ---------------------------------------------------------------------------------
+
+
+class Conversation(Base):
+    __tablename__ = "conversations"
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    owner_id: Mapped[str] = mapped_column(String(EXTERNAL_ID_LENGTH), index=True)
+    org_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH))
+    title: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Highest frame seq flushed to conversation_frames; the seq allocator starts above it.
+    last_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # c0002: a short status of the conversation's agent work (e.g. "thinking", "awaiting_user").
+    agent_status: Mapped[str | None] = mapped_column(String(32))
+
+    messages: Mapped[list[Message]] = relationship(
+        back_populates="conversation", lazy="raise", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class Message(Base):
+    __tablename__ = "messages"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "client_message_id"),
+        CheckConstraint(_in("role", MessageRole), name="role"),
+        CheckConstraint(_in("status", MessageStatus), name="status"),
+        Index("ix_messages_conversation_id_created_at", "conversation_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    conversation_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text, default="")
+    status: Mapped[str] = mapped_column(String(16), default=MessageStatus.COMPLETE.value)
+    client_message_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # c0002: which agent session produced (or received) this message, and the agent's metadata:
+    # the routing decision, tool statuses, usage. Absent on plain chat messages.
+    agent_session_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH))
+    agent_metadata: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+
+    conversation: Mapped[Conversation] = relationship(back_populates="messages", lazy="raise")
+
+
+class ConversationFrame(Base):
+    """Every WebSocket frame of a conversation, in seq order: what ``?after_seq=N`` replays."""
+
+    __tablename__ = "conversation_frames"
+
+    conversation_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    type: Mapped[str] = mapped_column(String(64))
+    data: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+# --- c0002: agent integration --------------------------------------------------------------------
+
+
+class ConversationAgentSession(Base):
+    """Correlation of a conversation with an Agent Service session (spec Story 2)."""
+
+    __tablename__ = "conversation_agent_sessions"
+    __table_args__ = (
+        CheckConstraint(_in("status", AgentSessionStatus), name="status"),
+        Index("ix_conversation_agent_sessions_last_interaction_at", "last_interaction_at"),
+        # One non-terminal agent session per conversation: a concurrent second creation fails here.
+        Index(
+            "uq_conversation_agent_sessions_one_open",
+            "conversation_id",
+            unique=True,
+            postgresql_where=text(_NON_TERMINAL_SQL),
+            sqlite_where=text(_NON_TERMINAL_SQL),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    conversation_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    # Null until the Agent Service has answered with its session id.
+    agent_session_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH), unique=True)
+    profile_name: Mapped[str] = mapped_column(String(EXTERNAL_ID_LENGTH), default="default")
+    status: Mapped[str] = mapped_column(String(16), default=AgentSessionStatus.ACTIVE.value)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_interaction_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Highest Agent Service event seq consumed: the Last-Event-ID to resume the stream from.
+    last_event_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    pending_question_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH))
+
+    conversation: Mapped[Conversation] = relationship(lazy="raise")
+
+
+class PendingInteraction(Base):
+    """An ASK_USER question (or tool approval) waiting for the user's answer."""
+
+    __tablename__ = "pending_interactions"
+    __table_args__ = (
+        CheckConstraint(_in("kind", InteractionKind), name="kind"),
+        CheckConstraint(_in("status", InteractionStatus), name="status"),
+    )
+
+    question_id: Mapped[str] = mapped_column(String(EXTERNAL_ID_LENGTH), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    agent_session_row_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("conversation_agent_sessions.id", ondelete="CASCADE"), index=True
+    )
+    agent_session_id: Mapped[str] = mapped_column(String(EXTERNAL_ID_LENGTH))
+    kind: Mapped[str] = mapped_column(String(16), default=InteractionKind.QUESTION.value)
+    question: Mapped[str] = mapped_column(Text)
+    tool: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH))
+    args: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    asked_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    status: Mapped[str] = mapped_column(String(16), default=InteractionStatus.PENDING.value)
+    answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    answer_message_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+
+
+class DeadLetter(Base):
+    """A delegation that failed for good, kept for analysis (spec Story 7).
+
+    Plain ids rather than foreign keys: a dead letter outlives the conversation it came from.
+    """
+
+    __tablename__ = "dead_letters"
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
+    conversation_id: Mapped[str] = mapped_column(String(ID_LENGTH), index=True)
+    message_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    agent_session_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH))
+    error_code: Mapped[str] = mapped_column(String(64))
+    error_detail: Mapped[str] = mapped_column(Text, default="")
+    payload: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+
+
+class ConversationSummary(Base):
+    """The cached summary of a conversation's older messages (history compression, Story 3)."""
+
+    __tablename__ = "conversation_summaries"
+
+    conversation_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    covered_message_count: Mapped[int] = mapped_column(Integer, default=0)
+    last_covered_message_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    summary: Mapped[str] = mapped_column(Text, default="")
+    token_count: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+__all__ = [
+    "AgentSessionStatus",
+    "Base",
+    "Conversation",
+    "ConversationAgentSession",
+    "ConversationFrame",
+    "ConversationSummary",
+    "DeadLetter",
+    "InteractionKind",
+    "InteractionStatus",
+    "Message",
+    "MessageRole",
+    "MessageStatus",
+    "NON_TERMINAL_AGENT_SESSION_STATUSES",
+    "PendingInteraction",
+    "UTCDateTime",
+    "new_id",
+    "utcnow",
+]
