@@ -1,0 +1,121 @@
+"""The Agent Service's one error vocabulary.
+
+Every error a route can return is an ``AgentServiceError`` subclass with its HTTP status; one
+handler renders them as ``{"error": <name>, "detail": ...}``. The same classes name the SSE ``ERROR``
+codes a run can end with (``error_code``), so HTTP and stream errors read alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from shared.protocol import ErrorBody, ErrorCode
+
+
+class AgentServiceError(Exception):
+    status_code: int = 500
+    error: str = "internal_error"
+
+    def __init__(self, detail: Any = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class Unauthorized(AgentServiceError):
+    status_code = 401
+    error = "unauthorized"
+
+
+class ProfileNotFound(AgentServiceError):
+    status_code = 404
+    error = "profile_not_found"
+
+
+class SessionNotFound(AgentServiceError):
+    status_code = 404
+    error = "session_not_found"
+
+
+class RunInProgress(AgentServiceError):
+    status_code = 409
+    error = "run_in_progress"
+
+
+class NotAwaitingUser(AgentServiceError):
+    status_code = 409
+    error = "not_awaiting_user"
+
+
+class QuestionMismatch(AgentServiceError):
+    status_code = 409
+    error = "question_mismatch"
+
+
+class QuestionPending(AgentServiceError):
+    status_code = 409
+    error = "question_pending"
+
+
+class IdempotencyKeyConflict(AgentServiceError):
+    status_code = 409
+    error = "idempotency_key_conflict"
+
+
+class NothingToCancel(AgentServiceError):
+    status_code = 409
+    error = "nothing_to_cancel"
+
+
+class QuestionExpired(AgentServiceError):
+    status_code = 410
+    error = "question_expired"
+
+
+class MessageTooLarge(AgentServiceError):
+    status_code = 413
+    error = "message_too_large"
+
+
+class InvalidRequest(AgentServiceError):
+    status_code = 422
+    error = "invalid_request"
+
+
+class NotReady(AgentServiceError):
+    status_code = 503
+    error = "not_ready"
+
+
+# SSE ERROR codes of a run and whether a client may retry the same request.
+RUN_ERROR_RETRYABLE: dict[ErrorCode, bool] = {
+    ErrorCode.LLM_UNAVAILABLE: True,
+    ErrorCode.LLM_ERROR: False,
+    ErrorCode.MAX_STEPS_EXCEEDED: False,
+    ErrorCode.TOKEN_LIMIT_EXCEEDED: False,
+    ErrorCode.TOOL_ERROR: False,
+    ErrorCode.CANCELLED: False,
+    ErrorCode.INTERRUPTED: True,
+    ErrorCode.QUESTION_EXPIRED: False,
+    ErrorCode.INTERNAL: False,
+}
+
+
+def _render(status_code: int, error: str, detail: Any) -> JSONResponse:
+    return JSONResponse(ErrorBody(error=error, detail=detail).model_dump(mode="json"), status_code=status_code)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def service_error(_: Request, exc: AgentServiceError) -> JSONResponse:
+        return _render(exc.status_code, exc.error, exc.detail)
+
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # Locations and messages only: echoing the rejected input could copy message bodies around.
+        detail = [{"loc": list(err.get("loc", ())), "msg": err.get("msg", "")} for err in exc.errors()]
+        return _render(422, InvalidRequest.error, detail)
+
+    app.add_exception_handler(AgentServiceError, service_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]

@@ -1,0 +1,89 @@
+"""Tables of the Agent Service database: sessions, their runs, and the durable event log.
+
+A session is the long-lived conversation with the agent (its transcript survives runs and
+restarts); a run is one execution of the ReAct loop on it; events are what runs emitted, ordered by
+the session's ``seq``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, TypeDecorator
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(timezone.utc)
+            if dialect.name == "sqlite":
+                value = value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON(), list[Any]: JSON()}
+
+
+class AgentSession(Base):
+    __tablename__ = "agent_sessions"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    profile_name: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(32), index=True)
+    user_context: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # The LLM transcript (LLMMessage.to_dict() entries): what a resumed run continues from.
+    transcript: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # Where a paused run stands: tool calls still to execute, steps and usage so far.
+    run_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    pending_question: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    current_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class AgentRun(Base):
+    __tablename__ = "agent_runs"
+    __table_args__ = (Index("ix_agent_runs_session_id", "session_id"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("agent_sessions.id", ondelete="CASCADE"))
+    # A retried execute carrying the same key joins this run instead of starting another.
+    idempotency_key: Mapped[str | None] = mapped_column(String(128), unique=True, nullable=True)
+    status: Mapped[str] = mapped_column(String(32))
+    # The seq of the run's first event: a joining client replays from here.
+    first_seq: Mapped[int] = mapped_column(Integer)
+    error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    started_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class AgentEvent(Base):
+    __tablename__ = "agent_events"
+    __table_args__ = (Index("ix_agent_events_run_id", "run_id"),)
+
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("agent_sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    type: Mapped[str] = mapped_column(String(32))
+    ts: Mapped[datetime]
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+__all__ = ["AgentEvent", "AgentRun", "AgentSession", "Base", "UTCDateTime"]

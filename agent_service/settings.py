@@ -1,0 +1,55 @@
+"""Configuration of the Agent Service, read from the environment (prefix ``AGENT_SERVICE_``).
+
+The defaults give the embedded topology: a SQLite file under ``var/``, migrated on start. The LLM
+provider has its own settings (``LLM_PROVIDER``, ``LLM_BASE_URL``...) shared with other services.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from shared.db import is_sqlite
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent
+
+
+class AgentServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENT_SERVICE_", extra="ignore")
+
+    database_url: str = "sqlite+aiosqlite:///var/agent_service.db"
+    # Several keys are valid at once so a key can be rotated without downtime.
+    api_keys: Annotated[list[str], NoDecode] = []
+    heartbeat_seconds: Annotated[float, Field(gt=0)] = 15.0
+    sse_retry_ms: Annotated[int, Field(ge=0)] = 3000
+    max_message_chars: Annotated[int, Field(gt=0)] = 32_000
+    profiles_file: Path = PACKAGE_DIR / "profiles.yaml"
+    knowledge_dir: Path = REPO_ROOT / "docs"
+    ask_user_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
+    group_commit_ms: Annotated[float, Field(ge=0)] = 50.0
+    # None: migrate on start only for SQLite (the embedded default); PostgreSQL is migrated explicitly.
+    migrate_on_start: bool | None = None
+    # Per-subscriber live queue; a subscriber that falls this far behind is dropped and reconnects.
+    live_queue_size: Annotated[int, Field(gt=0)] = 10_000
+    # A replica that does not run a session itself follows it by polling the event log this often.
+    replay_poll_seconds: Annotated[float, Field(gt=0)] = 0.5
+    # Tool results are cut to this many characters before they go back to the model.
+    max_tool_result_chars: Annotated[int, Field(gt=0)] = 16_000
+    log_level: str = "INFO"
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @property
+    def should_migrate_on_start(self) -> bool:
+        if self.migrate_on_start is not None:
+            return self.migrate_on_start
+        return is_sqlite(self.database_url)
