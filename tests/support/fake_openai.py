@@ -1,0 +1,261 @@
+"""A fake OpenAI-compatible chat-completions server, for tests and load benchmarks.
+
+It is a real HTTP app (Starlette) served by uvicorn, so the provider under test goes through the
+whole stack: sockets, HTTP/1.1 chunking, SSE framing. Each request is answered by the next
+scripted reply (a queue), or by ``script(request_body)`` when given, or by a default text reply of
+``tokens`` tokens. Pacing is configurable: time to first token and a delay per token. Every request
+body (and its Authorization header) is recorded in ``requests``.
+
+Run on its own for load tests::
+
+    python -m tests.support.fake_openai --port 8999 --tokens 200 --ttft-ms 0 --token-delay-ms 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class TextReply:
+    """Stream ``text`` (split into ``chunk_chars``-sized pieces) or, without text, ``tokens`` words."""
+
+    text: str | None = None
+    tokens: int | None = None
+    reasoning: str = ""
+    reasoning_field: str = "reasoning_content"  # vLLM/DeepSeek; Ollama and others use "reasoning"
+    chunk_chars: int = 4
+    usage: bool = True
+    finish_reason: str = "stop"
+    ttft_ms: float | None = None
+    send_done: bool = True
+
+
+@dataclass
+class ToolCallReply:
+    """Stream tool calls, each one's JSON arguments cut into ``fragment_chars``-sized fragments, the
+    fragments of parallel calls interleaved the way OpenAI does."""
+
+    calls: list[tuple[str, dict[str, Any]]]
+    text: str = ""
+    fragment_chars: int = 3
+    raw_arguments: dict[int, str] = field(default_factory=dict)  # index -> literal (possibly invalid) JSON
+    usage: bool = True
+    ttft_ms: float | None = None
+
+
+@dataclass
+class ErrorReply:
+    status: int
+    message: str = "fake failure"
+    raw_body: str | None = None  # sent verbatim instead of the OpenAI error object
+
+
+@dataclass
+class RawReply:
+    """Send these SSE ``data:`` payloads verbatim (malformed chunks, a cut stream...)."""
+
+    data: list[str]
+    ttft_ms: float | None = None
+
+
+Reply = TextReply | ToolCallReply | ErrorReply | RawReply
+
+
+@dataclass
+class RecordedRequest:
+    body: dict[str, Any]
+    authorization: str | None
+
+
+class FakeOpenAI:
+    def __init__(
+        self,
+        *,
+        tokens: int = 20,
+        ttft_ms: float = 0.0,
+        token_delay_ms: float = 0.0,
+        script: Callable[[dict[str, Any]], Reply] | None = None,
+        model: str = "fake-model",
+        record_requests: bool = True,
+    ) -> None:
+        self.tokens = tokens
+        self.ttft_ms = ttft_ms
+        self.token_delay_ms = token_delay_ms
+        self.script = script
+        self.model = model
+        self.record_requests = record_requests  # a long load run keeps no history
+        self.replies: deque[Reply] = deque()
+        self.requests: list[RecordedRequest] = []
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/health", self._health, methods=["GET"]),
+            ]
+        )
+
+    def enqueue(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        if self.replies:
+            return self.replies.popleft()
+        if self.script is not None:
+            return self.script(body)
+        return TextReply(tokens=self.tokens)
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    async def _chat_completions(self, request: Request) -> Response:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return _error(400, "request body is not JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return _error(400, "'messages' is required")
+        if self.record_requests:
+            self.requests.append(RecordedRequest(body=body, authorization=request.headers.get("authorization")))
+        reply = self._next_reply(body)
+        if isinstance(reply, ErrorReply):
+            if reply.raw_body is not None:
+                return Response(reply.raw_body, status_code=reply.status, media_type="text/plain")
+            return _error(reply.status, reply.message)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return StreamingResponse(self._stream(reply, include_usage), media_type="text/event-stream")
+
+    async def _stream(self, reply: Reply, include_usage: bool) -> AsyncIterator[bytes]:
+        created = int(time.time())
+        completion_id = f"chatcmpl-fake{created}"
+
+        def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: dict | None = None) -> bytes:
+            payload: dict[str, Any] = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.model,
+                "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            if usage is not None:
+                payload["usage"] = usage
+            return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+        ttft = reply.ttft_ms if reply.ttft_ms is not None else self.ttft_ms
+        await asyncio.sleep(ttft / 1000)  # simulated model latency, not synchronisation
+
+        if isinstance(reply, RawReply):
+            for data in reply.data:
+                yield b"data: " + data.encode() + b"\n\n"
+            return
+
+        yield chunk({"role": "assistant", "content": ""})
+        produced = 0
+        if isinstance(reply, TextReply):
+            for piece in _pieces(reply.reasoning, reply.chunk_chars):
+                produced += 1
+                yield chunk({reply.reasoning_field: piece})
+                await self._pace()
+            text = reply.text if reply.text is not None else _words(reply.tokens or self.tokens)
+            for piece in _pieces(text, reply.chunk_chars) if reply.text is not None else _word_pieces(text):
+                produced += 1
+                yield chunk({"content": piece})
+                await self._pace()
+            yield chunk({}, reply.finish_reason)
+            if reply.usage and include_usage:
+                yield chunk(None, usage={"prompt_tokens": 11, "completion_tokens": produced, "total_tokens": 11 + produced})
+            if reply.send_done:
+                yield b"data: [DONE]\n\n"
+            return
+
+        for piece in _pieces(reply.text, 4):
+            produced += 1
+            yield chunk({"content": piece})
+        arguments = [
+            reply.raw_arguments.get(i, orjson.dumps(args).decode()) for i, (_, args) in enumerate(reply.calls)
+        ]
+        fragments = [list(_pieces(a, reply.fragment_chars)) for a in arguments]
+        for i, (name, _) in enumerate(reply.calls):
+            yield chunk(
+                {"tool_calls": [{"index": i, "id": f"call_fake_{i}", "type": "function",
+                                 "function": {"name": name, "arguments": ""}}]}
+            )
+        # Interleave the parallel calls' fragments: call 0 piece 0, call 1 piece 0, call 0 piece 1...
+        for step in range(max((len(f) for f in fragments), default=0)):
+            for i, pieces in enumerate(fragments):
+                if step < len(pieces):
+                    produced += 1
+                    yield chunk({"tool_calls": [{"index": i, "function": {"arguments": pieces[step]}}]})
+                    await self._pace()
+        yield chunk({}, "tool_calls")
+        if reply.usage and include_usage:
+            yield chunk(None, usage={"prompt_tokens": 11, "completion_tokens": produced, "total_tokens": 11 + produced})
+        yield b"data: [DONE]\n\n"
+
+    async def _pace(self) -> None:
+        if self.token_delay_ms:
+            await asyncio.sleep(self.token_delay_ms / 1000)  # simulated generation speed
+
+
+def _error(status: int, message: str) -> Response:
+    return JSONResponse(
+        {"error": {"message": message, "type": "invalid_request_error", "code": None}}, status_code=status
+    )
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), max(1, size))]
+
+
+def _words(count: int) -> str:
+    return " ".join(f"token{i}" for i in range(count))
+
+
+def _word_pieces(text: str) -> list[str]:
+    return [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))]
+
+
+@asynccontextmanager
+async def running_fake_openai(fake: FakeOpenAI | None = None) -> AsyncIterator[tuple[FakeOpenAI, str]]:
+    """Serve ``fake`` (a new one by default) on loopback; yields it and its API root (``.../v1``)."""
+    from tests.support.servers import serve_app
+
+    fake = fake or FakeOpenAI()
+    async with serve_app(fake.app) as base_url:
+        yield fake, f"{base_url}/v1"
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description="Fake OpenAI-compatible streaming server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8999)
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--ttft-ms", type=float, default=0.0)
+    parser.add_argument("--token-delay-ms", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    fake = FakeOpenAI(
+        tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms, record_requests=False
+    )
+    uvicorn.run(fake.app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
