@@ -1,0 +1,261 @@
+"""The HistoryExtractor: a conversation's past messages turned into the agent's ``chat_history``.
+
+Input: the conversation's stored messages, oldest first, without the message being sent now (that
+one travels as the request's ``message``). Output: ``ChatMessage``s plus stats that say how full
+the token budget is, so the caller can warn the user before the context overflows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from shared.llm.base import LLMProvider
+from shared.protocol import ChatMessage, Role, UserContext, utcnow
+
+from conversation_service.history.context import map_role, user_context_from
+from conversation_service.history.schemas import HistoryRecord, HistoryResult, HistoryStats
+from conversation_service.history.settings import HistorySettings, HistoryStrategyName
+from conversation_service.history.strategies import Window, clip_content, fit_newest
+from conversation_service.history.summarizer import SummaryError, Summarizer, plan_chunks
+from conversation_service.history.summary_cache import CachedSummary, InMemorySummaryCache, SummaryCache
+from conversation_service.history.tokens import HistoryItem, TokenCounter
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
+# Largest history a request may carry (shared.protocol.MAX_HISTORY_MESSAGES), less the summary.
+_MAX_VERBATIM = 999
+
+
+class HistoryExtractor:
+    def __init__(
+        self,
+        settings: HistorySettings,
+        *,
+        llm: LLMProvider | None = None,
+        summary_cache: SummaryCache | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        if settings.strategy is HistoryStrategyName.SUMMARY and llm is None:
+            raise ValueError("HISTORY_STRATEGY=summary needs an LLM provider to write the summaries")
+        self.settings = settings
+        self._counter = TokenCounter(
+            settings.encoding, cache_size=settings.token_cache_size, offload_chars=settings.offload_chars
+        )
+        self._cache: SummaryCache = summary_cache if summary_cache is not None else InMemorySummaryCache()
+        self._summarizer = (
+            Summarizer(
+                llm,
+                encoding=settings.encoding,
+                max_tokens=settings.summary_max_tokens,
+                chunk_tokens=settings.summary_chunk_tokens,
+                timeout_seconds=settings.summary_timeout_seconds,
+                model=settings.summary_model,
+            )
+            if llm is not None
+            else None
+        )
+        # One refresh per conversation at a time in this process: concurrent turns reuse its result
+        # instead of paying for the same LLM call twice.
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._fill = self._near_limit = None
+        if registry is not None:
+            self._fill = Histogram(
+                "conversation_history_budget_fill_ratio",
+                "Share of the history token budget used per agent request",
+                ["strategy"],
+                buckets=(0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0),
+                registry=registry,
+            )
+            self._near_limit = Counter(
+                "conversation_history_near_limit",
+                "Agent requests whose history used more than HISTORY_WARN_RATIO of the budget",
+                ["strategy"],
+                registry=registry,
+            )
+
+    @staticmethod
+    def user_context(
+        *, owner_id: str, org_id: str | None = None, claims: Mapping[str, Any] | None = None
+    ) -> UserContext:
+        return user_context_from(owner_id=owner_id, org_id=org_id, claims=claims)
+
+    async def extract(
+        self,
+        conversation_id: str,
+        records: Sequence[HistoryRecord],
+        *,
+        strategy: HistoryStrategyName | None = None,
+    ) -> HistoryResult:
+        strategy = strategy or self.settings.strategy
+        items: list[HistoryItem] = []
+        skipped = 0
+        for record in records:
+            role = map_role(record.role)
+            # Unknown roles and empty messages (a reply that failed before its first token) carry
+            # nothing the agent can use.
+            if role is None or not record.content or not record.content.strip():
+                skipped += 1
+                continue
+            items.append(clip_content(HistoryItem(str(record.id), role, record.content)))
+
+        if strategy is HistoryStrategyName.SUMMARY:
+            if self._summarizer is None:
+                raise ValueError("the summary strategy needs an LLM provider")
+            result = await self._with_summary(conversation_id, items, skipped)
+        else:
+            max_count = (
+                self.settings.max_messages if strategy is HistoryStrategyName.LAST_N else _MAX_VERBATIM
+            )
+            window = await fit_newest(items, self._counter, self.settings.token_budget, max_count)
+            result = self._result(strategy, items, window, skipped)
+        self._observe(result.stats)
+        return result
+
+    # --- summary compression ----------------------------------------------------------------
+
+    async def _with_summary(self, conversation_id: str, items: list[HistoryItem], skipped: int) -> HistoryResult:
+        s = self.settings
+        budget = s.token_budget
+        if len(items) <= s.summary_trigger:
+            whole = await fit_newest(items, self._counter, budget, len(items), truncate_newest=False)
+            if len(whole.items) == len(items):
+                return self._result(HistoryStrategyName.SUMMARY, items, whole, skipped)
+        lock = self._locks.get(conversation_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[conversation_id] = lock
+        async with lock:
+            return await self._compress(conversation_id, items, skipped)
+
+    def _summary_message(self, summary: str) -> ChatMessage:
+        return ChatMessage(role=Role.SYSTEM, content=SUMMARY_PREFIX + summary)
+
+    async def _compress(self, conversation_id: str, items: list[HistoryItem], skipped: int) -> HistoryResult:
+        s = self.settings
+        budget = s.token_budget
+        index_of = {item.id: i for i, item in enumerate(items)}
+        cached = await self._cache.get(conversation_id)
+        covered = index_of.get(cached.last_covered_message_id) if cached is not None else None
+
+        # Between refreshes, messages past the cached summary stay verbatim while they still fit.
+        if cached is not None and covered is not None and s.summary_refresh_step > 0:
+            tail = items[covered + 1 :]
+            if 0 < len(tail) <= s.summary_window + s.summary_refresh_step:
+                summary_cost = await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + cached.summary)
+                window = await fit_newest(tail, self._counter, budget - summary_cost, len(tail), truncate_newest=False)
+                if len(window.items) == len(tail):
+                    return self._result(
+                        HistoryStrategyName.SUMMARY, items, window, skipped,
+                        summary=cached.summary, summary_tokens=summary_cost,
+                        summarized=min(cached.covered_message_count, covered + 1),
+                    )
+
+        # The verbatim window leaves room for the largest summary we accept.
+        reserve = self._counter.count_text(Role.SYSTEM, SUMMARY_PREFIX) + s.summary_max_tokens
+        window = await fit_newest(items, self._counter, budget - reserve, s.summary_window)
+        older = items[: len(items) - len(window.items)]
+        if not older:
+            return self._result(HistoryStrategyName.SUMMARY, items, window, skipped)
+
+        previous: str | None = None
+        previous_count = 0
+        pending = older
+        if cached is not None and covered is not None and covered < len(older):
+            if covered == len(older) - 1:
+                return await self._finish_with(items, window, skipped, cached.summary,
+                                               min(cached.covered_message_count, len(older)), refreshed=False)
+            previous, previous_count = cached.summary, cached.covered_message_count
+            pending = older[covered + 1 :]
+
+        counts = await self._counter.counts(pending)
+        chunks = plan_chunks(pending, counts, s.summary_chunk_tokens)
+        omitted = 0
+        if len(chunks) > s.summary_max_calls:
+            # Too long a backlog for one turn: summarise its newest part, leave the oldest out.
+            dropped_chunks = chunks[: len(chunks) - s.summary_max_calls]
+            omitted = sum(len(c) for c in dropped_chunks)
+            chunks = chunks[len(chunks) - s.summary_max_calls :]
+        summary = previous
+        assert self._summarizer is not None
+        try:
+            for chunk in chunks:
+                summary = await self._summarizer.fold(summary, [pending[i] for i in chunk])
+        except SummaryError as exc:
+            logger.warning(
+                "history summary skipped",
+                extra={"conversation_id": conversation_id, "reason": str(exc), "pending_messages": len(pending)},
+            )
+            return self._result(HistoryStrategyName.SUMMARY, items, window, skipped, summary_error=str(exc))
+        assert summary is not None
+        covered_count = min(previous_count + len(pending) - omitted, len(older))
+        summary_tokens = await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + summary)
+        await self._cache.put(
+            CachedSummary(
+                conversation_id=conversation_id,
+                summary=summary,
+                last_covered_message_id=older[-1].id,
+                covered_message_count=covered_count,
+                token_count=summary_tokens,
+                updated_at=utcnow(),
+            )
+        )
+        return await self._finish_with(items, window, skipped, summary, covered_count, refreshed=True)
+
+    async def _finish_with(
+        self, items: list[HistoryItem], window: Window, skipped: int, summary: str, summarized: int, *, refreshed: bool
+    ) -> HistoryResult:
+        summary_tokens = await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + summary)
+        return self._result(
+            HistoryStrategyName.SUMMARY, items, window, skipped,
+            summary=summary, summary_tokens=summary_tokens, summarized=summarized, refreshed=refreshed,
+        )
+
+    # --- result ------------------------------------------------------------------------------
+
+    def _result(
+        self,
+        strategy: HistoryStrategyName,
+        items: list[HistoryItem],
+        window: Window,
+        skipped: int,
+        *,
+        summary: str | None = None,
+        summary_tokens: int = 0,
+        summarized: int = 0,
+        refreshed: bool = False,
+        summary_error: str | None = None,
+    ) -> HistoryResult:
+        messages = [ChatMessage(role=item.role, content=item.content) for item in window.items]
+        if summary is not None:
+            messages.insert(0, self._summary_message(summary))
+        tokens = window.tokens + summary_tokens
+        budget = self.settings.token_budget
+        stats = HistoryStats(
+            strategy=strategy.value,
+            total_messages=len(items),
+            included_messages=len(window.items),
+            dropped_messages=max(0, len(items) - len(window.items) - summarized),
+            truncated_messages=window.truncated,
+            summarized_messages=summarized,
+            tokens_used=tokens,
+            token_budget=budget,
+            near_limit=tokens >= self.settings.warn_ratio * budget,
+            summary_used=summary is not None,
+            summary_refreshed=refreshed,
+            summary_error=summary_error,
+            skipped_roles=skipped,
+        )
+        return HistoryResult(messages=messages, stats=stats)
+
+    def _observe(self, stats: HistoryStats) -> None:
+        if self._fill is not None:
+            self._fill.labels(stats.strategy).observe(stats.fill_ratio)
+        if self._near_limit is not None and stats.near_limit:
+            self._near_limit.labels(stats.strategy).inc()

@@ -1,0 +1,65 @@
+"""Inputs and outputs of the HistoryExtractor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared.protocol import ChatMessage
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRecord:
+    """One stored message of the conversation, as the extractor needs it (oldest first)."""
+
+    id: str
+    role: str
+    content: str
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryStats:
+    """How the window was cut and how full the budget is, so the caller can warn the user."""
+
+    strategy: str
+    total_messages: int  # usable messages of the conversation (after role mapping)
+    included_messages: int  # verbatim messages in the result
+    dropped_messages: int  # neither included nor summarised
+    truncated_messages: int  # included, but cut to fit (marked in their text)
+    summarized_messages: int  # folded into the summary message
+    tokens_used: int
+    token_budget: int
+    near_limit: bool
+    summary_used: bool = False
+    summary_refreshed: bool = False
+    summary_error: str | None = None  # why compression was skipped this time (the window still went out)
+    skipped_roles: int = 0  # records whose role maps to nothing the agent understands
+
+    @property
+    def fill_ratio(self) -> float:
+        return self.tokens_used / self.token_budget if self.token_budget else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "strategy": self.strategy,
+            "total_messages": self.total_messages,
+            "included_messages": self.included_messages,
+            "dropped_messages": self.dropped_messages,
+            "truncated_messages": self.truncated_messages,
+            "summarized_messages": self.summarized_messages,
+            "tokens_used": self.tokens_used,
+            "token_budget": self.token_budget,
+            "fill_ratio": round(self.fill_ratio, 4),
+            "near_limit": self.near_limit,
+            "summary_used": self.summary_used,
+            "summary_refreshed": self.summary_refreshed,
+            "summary_error": self.summary_error,
+            "skipped_roles": self.skipped_roles,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryResult:
+    messages: list[ChatMessage]
+    stats: HistoryStats

@@ -1,0 +1,82 @@
+"""Token counts of history messages: cached per message, computed off the event loop when large.
+
+Tokenizing is CPU work (about 20 ms for 1,000 ordinary messages), so a batch with many uncached
+characters is counted in a worker thread; counts are remembered per (message id, role, content)
+so a conversation's history is tokenized once, not on every turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shared.protocol import Role
+from shared.tokens import count_message_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryItem:
+    """A record after role mapping: what may be sent to the agent."""
+
+    id: str
+    role: Role
+    content: str
+    truncated: bool = False
+
+    @property
+    def cache_key(self) -> tuple[str, str, int, int]:
+        # The content's hash and length guard against an edited message reusing a stale count.
+        return (self.id, self.role.value, len(self.content), hash(self.content))
+
+
+class TokenCounter:
+    def __init__(self, encoding: str, *, cache_size: int, offload_chars: int) -> None:
+        self.encoding = encoding
+        self._cache_size = cache_size
+        self._offload_chars = offload_chars
+        self._cache: OrderedDict[tuple[str, str, int, int], int] = OrderedDict()
+
+    def count_text(self, role: Role, content: str) -> int:
+        return count_message_tokens(role.value, content, self.encoding)
+
+    async def count_one(self, role: Role, content: str) -> int:
+        if len(content) >= self._offload_chars > 0:
+            return await asyncio.to_thread(self.count_text, role, content)
+        return self.count_text(role, content)
+
+    async def counts(self, items: Sequence[HistoryItem]) -> list[int]:
+        """Token cost of each item (chat framing included), in order."""
+        out: list[int | None] = []
+        missing: list[int] = []
+        missing_chars = 0
+        for index, item in enumerate(items):
+            cached = self._cache.get(item.cache_key)
+            if cached is None:
+                missing.append(index)
+                missing_chars += len(item.content)
+                out.append(None)
+            else:
+                self._cache.move_to_end(item.cache_key)
+                out.append(cached)
+        if missing:
+            todo = [(items[i].role, items[i].content) for i in missing]
+            if missing_chars >= self._offload_chars:
+                fresh = await asyncio.to_thread(self._count_batch, todo)
+            else:
+                fresh = self._count_batch(todo)
+            for index, value in zip(missing, fresh):
+                out[index] = value
+                self._remember(items[index].cache_key, value)
+        return out  # type: ignore[return-value]
+
+    def _count_batch(self, todo: list[tuple[Role, str]]) -> list[int]:
+        return [self.count_text(role, content) for role, content in todo]
+
+    def _remember(self, key: tuple[str, str, int, int], value: int) -> None:
+        if self._cache_size <= 0:
+            return
+        self._cache[key] = value
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
