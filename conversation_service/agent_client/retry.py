@@ -1,0 +1,101 @@
+"""Retries by error category, with tenacity.
+
+Only calls that are safe to repeat are retried: GETs, cancel, and ``POST execute`` because it
+always carries the same ``Idempotency-Key`` (a repeat joins the run the first try started). The
+policy, per the spec: 503/429 and connection failures are retried with the configured backoff
+(1 s, 2 s, 4 s), a 500 (or another 5xx) only ``server_error_retries`` times, and 408, 4xx,
+protocol errors and spent timeouts never.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
+
+from conversation_service.agent_client.config import AgentClientConfig
+from conversation_service.agent_client.errors import AgentServerError, AgentServiceError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryEvent:
+    """What a retry or reconnect hook receives: which try comes next, why, and after how long."""
+
+    operation: str
+    attempt: int  # the number of the try about to be made (2 for the first retry)
+    delay: float
+    error: AgentServiceError
+
+
+RetryHook = Callable[[RetryEvent], None]
+
+
+class _CategoryPolicy:
+    """Decides, for one call, whether an error is worth another try."""
+
+    def __init__(self, config: AgentClientConfig) -> None:
+        self._config = config
+        self._server_errors = 0
+
+    def __call__(self, state: RetryCallState) -> bool:
+        assert state.outcome is not None
+        exc = state.outcome.exception()
+        if not isinstance(exc, AgentServiceError) or not exc.retryable:
+            return False
+        if isinstance(exc, AgentServerError):
+            # Counted per call, so a 503 then a 500 still gives the 500 its one retry.
+            self._server_errors += 1
+            return self._server_errors <= self._config.server_error_retries
+        return True
+
+
+async def call_with_retries(
+    operation: str,
+    fn: Callable[[], Awaitable[T]],
+    *,
+    config: AgentClientConfig,
+    sleep: Sleep,
+    on_retry: Callable[[RetryEvent], None] | None = None,
+) -> T:
+    """Run ``fn`` until it succeeds, the error is not retryable, or the delays are spent."""
+    delays = config.retry_delays
+
+    def wait(state: RetryCallState) -> float:
+        return delays[state.attempt_number - 1]
+
+    def before_sleep(state: RetryCallState) -> None:
+        assert state.outcome is not None and state.next_action is not None
+        error = state.outcome.exception()
+        assert isinstance(error, AgentServiceError)
+        event = RetryEvent(operation, state.attempt_number + 1, state.next_action.sleep, error)
+        logger.warning(
+            "agent service call failed, retrying",
+            extra={
+                "operation": operation,
+                "attempt": event.attempt,
+                "delay_s": event.delay,
+                "error_type": type(error).__name__,
+                "status_code": getattr(error, "status_code", None),
+            },
+        )
+        if on_retry is not None:
+            on_retry(event)
+
+    retrying = AsyncRetrying(
+        sleep=sleep,
+        stop=stop_after_attempt(config.max_attempts),
+        wait=wait,
+        retry=_CategoryPolicy(config),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    return await retrying(fn)

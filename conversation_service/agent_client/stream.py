@@ -1,0 +1,384 @@
+"""The event stream of one Agent Service session, resumed across broken connections.
+
+A stream has two phases. Until its first event arrives it is a request like any other: a failure
+is retried by category (the execute carries the same ``Idempotency-Key`` on every try, so a retry
+joins the run instead of starting a second one). Once events flow, a broken connection is
+resumed with ``GET /api/v1/agent/sessions/{id}/events`` and ``Last-Event-ID``; events the
+consumer already has (``seq <= last_seq``) are dropped and a hole in the sequence is a protocol
+error, so the consumer sees every event exactly once, in order.
+
+Every event is untrusted input: its size is capped while it is being read, and it is validated
+with :func:`shared.sse.decode_envelope` before anyone sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import httpx
+import orjson
+import pydantic
+
+from conversation_service.agent_client.errors import (
+    AgentProtocolError,
+    AgentServiceError,
+    AgentStreamError,
+    AgentTimeoutError,
+    translating_transport_errors,
+)
+from conversation_service.agent_client.retry import RetryEvent, call_with_retries
+from shared.protocol import TERMINAL_SESSION_STATUSES, EventEnvelope, EventType, SessionStatus
+from shared.sse import SSEDecoder, ServerSentEvent, decode_envelope
+
+if TYPE_CHECKING:
+    from conversation_service.agent_client.client import AgentServiceClient
+
+logger = logging.getLogger(__name__)
+
+# Re-chunking bounds how far the size check of a partly read event can lag behind.
+_READ_CHUNK_BYTES = 64 * 1024
+_KNOWN_EVENT_TYPES = frozenset(t.value for t in EventType)
+
+
+class _SSEConnection:
+    """One HTTP response body read as SSE events, with the size of a single event capped."""
+
+    def __init__(self, response: httpx.Response, max_event_bytes: int) -> None:
+        self.response = response
+        self._chunks = response.aiter_bytes(_READ_CHUNK_BYTES)
+        self._decoder = SSEDecoder()
+        self._pending: list[ServerSentEvent] = []
+        self._max_event_bytes = max_event_bytes
+        self._partial_bytes = 0
+        self.cut_mid_event = False
+
+    async def next_event(self) -> ServerSentEvent | None:
+        """The next complete event, or None when the body ended."""
+        while not self._pending:
+            try:
+                with translating_transport_errors():
+                    chunk = await anext(self._chunks)
+            except StopAsyncIteration:
+                # An event cut off before its blank line is never delivered half-read.
+                self.cut_mid_event = self._decoder.has_partial_event
+                return None
+            try:
+                events = self._decoder.feed(chunk)
+            except UnicodeDecodeError as exc:
+                raise AgentProtocolError("the event stream is not valid UTF-8") from exc
+            if not self._decoder.has_partial_event:
+                self._partial_bytes = 0
+            elif events:
+                # The unfinished event started inside this chunk, so it is at most this long.
+                self._partial_bytes = len(chunk)
+            else:
+                self._partial_bytes += len(chunk)
+            for event in events:
+                if len(event.data) > self._max_event_bytes:
+                    raise AgentProtocolError(f"an event exceeds {self._max_event_bytes} bytes")
+            if self._partial_bytes > self._max_event_bytes:
+                raise AgentProtocolError(f"an event exceeds {self._max_event_bytes} bytes")
+            self._pending.extend(events)
+        return self._pending.pop(0)
+
+    async def aclose(self) -> None:
+        await self.response.aclose()
+
+
+class AgentEventStream:
+    """Async iterator of :class:`EventEnvelope`; a terminal event (COMPLETE, ERROR, ASK_USER) ends it.
+
+    Use it as ``async with stream: async for event in stream``; entering opens the stream and waits
+    for its first event, so ``session_id`` is known right after. Iterating without ``async with``
+    works too and closes the connection when the stream ends or fails.
+
+    Observable for metrics: ``retries`` (tries repeated before the stream started), ``reconnects``
+    (resumptions after it broke), ``duplicates_dropped``, ``unknown_events_skipped``.
+    """
+
+    def __init__(
+        self,
+        client: AgentServiceClient,
+        *,
+        operation: str,
+        open_request: Callable[[], httpx.Request] | None = None,
+        session_id: str | None = None,
+        last_seq: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        self._client = client
+        self._config = client.config
+        self._operation = operation
+        self._open_request = open_request
+        self.session_id = session_id
+        self.run_id: str | None = None
+        self.last_seq = last_seq
+        self.idempotency_key = idempotency_key
+        self.retries = 0
+        self.reconnects = 0
+        self.duplicates_dropped = 0
+        self.unknown_events_skipped = 0
+        self.events_received = 0
+        self.terminal_event: EventEnvelope | None = None
+        self._connection: _SSEConnection | None = None
+        self._first: EventEnvelope | None = None
+        self._started = False
+        self._finished = False
+        self._deadline: float | None = None
+        self._failed_reconnects = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<AgentEventStream {self._operation} session_id={self.session_id!r} last_seq={self.last_seq}"
+            f" retries={self.retries} reconnects={self.reconnects}>"
+        )
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> AgentEventStream:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self._finished = True
+        await self._drop_connection()
+
+    async def start(self) -> None:
+        """Open the stream and wait for its first event (retrying by category until then)."""
+        if self._started:
+            return
+        self._started = True
+        loop = asyncio.get_running_loop()
+        if self._config.stream_timeout is not None:
+            self._deadline = loop.time() + self._config.stream_timeout
+        try:
+            self._first = await call_with_retries(
+                self._operation,
+                self._first_event_attempt,
+                config=self._config,
+                sleep=self._client._sleep,
+                on_retry=self._count_retry,
+            )
+        except BaseException:
+            await self.aclose()
+            raise
+        if self._first is None:
+            # Nothing left to stream: the session had already finished and we had everything.
+            await self.aclose()
+
+    def _count_retry(self, event: RetryEvent) -> None:
+        self.retries += 1
+        if self._client.on_retry is not None:
+            self._client.on_retry(event)
+
+    async def _first_event_attempt(self) -> EventEnvelope | None:
+        await self._drop_connection()
+        loop = asyncio.get_running_loop()
+        first_deadline = loop.time() + self._config.request_timeout
+        if self._deadline is not None:
+            first_deadline = min(first_deadline, self._deadline)
+        if self._open_request is not None:
+            request = self._open_request()
+        else:
+            assert self.session_id is not None
+            request = self._client._events_request(self.session_id, self.last_seq)
+        self._connection = await self._within(first_deadline, self._client._open_stream(request))
+        while True:
+            sse = await self._within(first_deadline, self._connection.next_event())
+            if sse is None:
+                if await self._caught_up():
+                    return None
+                raise AgentStreamError("the event stream ended before its first event", retryable=True)
+            envelope = self._accept(sse)
+            if envelope is not None:
+                return envelope
+
+    # -- iteration --------------------------------------------------------------------------
+
+    def __aiter__(self) -> AgentEventStream:
+        return self
+
+    async def __anext__(self) -> EventEnvelope:
+        if self._finished:
+            raise StopAsyncIteration
+        if not self._started:
+            await self.start()
+            if self._finished:
+                raise StopAsyncIteration
+        try:
+            if self._first is not None:
+                envelope, self._first = self._first, None
+            else:
+                maybe = await self._next_envelope()
+                if maybe is None:
+                    await self.aclose()
+                    raise StopAsyncIteration
+                envelope = maybe
+        except StopAsyncIteration:
+            raise
+        except BaseException:
+            await self.aclose()
+            raise
+        if envelope.is_terminal:
+            self.terminal_event = envelope
+            await self.aclose()
+        return envelope
+
+    async def _next_envelope(self) -> EventEnvelope | None:
+        while True:
+            assert self._connection is not None
+            try:
+                sse = await self._within(self._deadline, self._connection.next_event())
+            except AgentTimeoutError as exc:
+                if self._deadline is not None and asyncio.get_running_loop().time() >= self._deadline:
+                    raise
+                # An idle timeout: no heartbeat for longer than two intervals, the connection is dead.
+                await self._reconnect(exc)
+                continue
+            except AgentProtocolError:
+                raise
+            except AgentServiceError as exc:
+                if not exc.retryable:
+                    raise
+                await self._reconnect(exc)
+                continue
+            if sse is None:
+                if not self._connection.cut_mid_event and await self._caught_up():
+                    return None
+                await self._reconnect(AgentStreamError("the event stream ended before a terminal event"))
+                continue
+            envelope = self._accept(sse)
+            if envelope is not None:
+                self._failed_reconnects = 0
+                return envelope
+
+    async def _reconnect(self, cause: AgentServiceError) -> None:
+        """Resume with ``Last-Event-ID``, backing off; gives up after the configured attempts."""
+        await self._drop_connection()
+        delays = self._config.reconnect_delays
+        loop = asyncio.get_running_loop()
+        while True:
+            if self.session_id is None or self._failed_reconnects >= len(delays):
+                raise AgentStreamError(
+                    f"the event stream broke and {self._failed_reconnects} reconnects failed "
+                    f"({type(cause).__name__})"
+                ) from cause
+            delay = delays[self._failed_reconnects]
+            self._failed_reconnects += 1
+            if self._deadline is not None and loop.time() + delay >= self._deadline:
+                raise AgentTimeoutError("the event stream exceeded its time limit") from cause
+            self.reconnects += 1
+            event = RetryEvent(f"{self._operation}:reconnect", self._failed_reconnects, delay, cause)
+            logger.warning(
+                "agent event stream broke, reconnecting",
+                extra={
+                    "agent_session_id": self.session_id,
+                    "last_seq": self.last_seq,
+                    "attempt": self._failed_reconnects,
+                    "delay_s": delay,
+                    "error_type": type(cause).__name__,
+                },
+            )
+            if self._client.on_reconnect is not None:
+                self._client.on_reconnect(event)
+            await self._client._sleep(delay)
+            try:
+                request = self._client._events_request(self.session_id, self.last_seq)
+                self._connection = await self._within(self._deadline, self._client._open_stream(request))
+                return
+            except AgentServiceError as exc:
+                # A slow or failed reconnect is one more failed attempt; a refusal (404, 401...) is final.
+                expired = self._deadline is not None and loop.time() >= self._deadline
+                worth_retrying = exc.retryable or isinstance(exc, AgentTimeoutError)
+                if expired or isinstance(exc, AgentProtocolError) or not worth_retrying:
+                    raise
+                cause = exc
+
+    async def _caught_up(self) -> bool:
+        """After a clean end without a terminal event: is there really nothing more to read?"""
+        if self.session_id is None:
+            return False
+        try:
+            status = await self._client.get_session_status(self.session_id)
+        except AgentServiceError as exc:
+            if exc.retryable:
+                return False
+            raise
+        settled = status.status in TERMINAL_SESSION_STATUSES or status.status is SessionStatus.AWAITING_USER
+        return settled and status.last_seq <= (self.last_seq or 0)
+
+    # -- validation -------------------------------------------------------------------------
+
+    def _accept(self, sse: ServerSentEvent) -> EventEnvelope | None:
+        """Validate one event and place it in the sequence; None for a duplicate or unknown type."""
+        if sse.event not in _KNOWN_EVENT_TYPES and sse.event != "message":
+            # A type added to the contract after this client was built: keep the sequence, skip it.
+            seq = self._unknown_event_seq(sse)
+            if self._place(seq, session_id=None):
+                self.unknown_events_skipped += 1
+            return None
+        try:
+            envelope = decode_envelope(sse)
+        except (pydantic.ValidationError, ValueError) as exc:
+            raise AgentProtocolError(f"invalid event from the Agent Service: {type(exc).__name__}") from exc
+        if sse.event != "message" and sse.event != envelope.type.value:
+            raise AgentProtocolError(f"SSE event {sse.event!r} does not match envelope type {envelope.type.value}")
+        if not self._place(envelope.seq, session_id=envelope.session_id):
+            return None
+        self.run_id = envelope.run_id
+        self.events_received += 1
+        return envelope
+
+    def _unknown_event_seq(self, sse: ServerSentEvent) -> int:
+        try:
+            raw = orjson.loads(sse.data)
+        except orjson.JSONDecodeError as exc:
+            raise AgentProtocolError("invalid event from the Agent Service: not JSON") from exc
+        seq = raw.get("seq") if isinstance(raw, dict) else None
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+            raise AgentProtocolError("invalid event from the Agent Service: no valid seq")
+        return seq
+
+    def _place(self, seq: int, *, session_id: str | None) -> bool:
+        if session_id is not None:
+            if self.session_id is None:
+                self.session_id = session_id
+            elif session_id != self.session_id:
+                raise AgentProtocolError("an event of another session arrived on this stream")
+        if self.last_seq is not None:
+            if seq <= self.last_seq:
+                self.duplicates_dropped += 1
+                return False
+            if seq != self.last_seq + 1:
+                raise AgentProtocolError(f"events are missing: expected seq {self.last_seq + 1}, got {seq}")
+        self.last_seq = seq
+        return True
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    async def _within(self, deadline: float | None, awaitable):
+        if deadline is None:
+            return await awaitable
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await awaitable
+        except TimeoutError as exc:
+            raise AgentTimeoutError("the Agent Service did not send events in time") from exc
+
+    async def _drop_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.aclose()
