@@ -123,6 +123,8 @@ class HistoryExtractor:
     async def _with_summary(self, conversation_id: str, items: list[HistoryItem], skipped: int) -> HistoryResult:
         s = self.settings
         budget = s.token_budget
+        if s.summary_max_tokens >= budget:
+            raise ValueError("HISTORY_SUMMARY_MAX_TOKENS must be smaller than HISTORY_TOKEN_BUDGET")
         if len(items) <= s.summary_trigger:
             whole = await fit_newest(items, self._counter, budget, len(items), truncate_newest=False)
             if len(whole.items) == len(items):

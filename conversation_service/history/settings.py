@@ -54,6 +54,6 @@ class HistorySettings(BaseSettings):
 
     @model_validator(mode="after")
     def _summary_fits_budget(self) -> "HistorySettings":
-        if self.summary_max_tokens >= self.token_budget:
+        if self.strategy is HistoryStrategyName.SUMMARY and self.summary_max_tokens >= self.token_budget:
             raise ValueError("HISTORY_SUMMARY_MAX_TOKENS must be smaller than HISTORY_TOKEN_BUDGET")
         return self
