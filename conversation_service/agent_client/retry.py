@@ -70,7 +70,10 @@ async def call_with_retries(
     delays = config.retry_delays
 
     def wait(state: RetryCallState) -> float:
-        return delays[state.attempt_number - 1]
+        # tenacity asks for the wait before it checks the stop condition, so past the last delay
+        # this value is computed but never slept.
+        index = state.attempt_number - 1
+        return delays[index] if index < len(delays) else 0.0
 
     def before_sleep(state: RetryCallState) -> None:
         assert state.outcome is not None and state.next_action is not None
