@@ -1,0 +1,213 @@
+"""All SQL on ``conversation_agent_sessions``.
+
+Creation runs in a SAVEPOINT, so the unique-index violation of a concurrent second creation rolls
+back only the failed insert: the caller's transaction stays usable and sees a domain error
+(``AgentSessionConflict``), never a raw ``IntegrityError``. Status changes are conditional updates
+(``WHERE status IN expected``): two writers racing on one row cannot both win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from conversation_service.agent_sessions.errors import AgentSessionConflict, UnknownConversation
+from conversation_service.db.models import (
+    NON_TERMINAL_AGENT_SESSION_STATUSES,
+    AgentSessionStatus,
+    ConversationAgentSession,
+    utcnow,
+)
+from conversation_service.db.repository import Repository
+
+_OPEN = [status.value for status in NON_TERMINAL_AGENT_SESSION_STATUSES]
+MAX_STALE_BATCH = 1000
+
+
+def _constraint_of(exc: IntegrityError) -> str:
+    """Which constraint an IntegrityError broke, from the driver's message (asyncpg names the
+    constraint, SQLite names the columns and says FOREIGN KEY)."""
+    text = str(exc.orig).lower() if exc.orig is not None else str(exc).lower()
+    if "one_open" in text or "conversation_agent_sessions.conversation_id" in text:
+        return "one_open"
+    if "agent_session_id" in text:
+        return "agent_session_id"
+    if "foreign key" in text or "fk_conversation_agent_sessions_conversation_id" in text:
+        return "conversation"
+    return "unknown"
+
+
+class AgentSessionRepository(Repository):
+    _returning = {"populate_existing": True}
+
+    async def create(
+        self,
+        conversation_id: str,
+        *,
+        profile_name: str = "default",
+        agent_session_id: str | None = None,
+        status: AgentSessionStatus = AgentSessionStatus.ACTIVE,
+        now: datetime | None = None,
+    ) -> ConversationAgentSession:
+        """A new open session row for the conversation.
+
+        Raises ``AgentSessionConflict`` when the conversation already has an open session (or the
+        agent session id is mapped already) and ``UnknownConversation`` when it does not exist.
+        """
+        if status.value not in _OPEN:
+            raise ValueError("a session is created open (ACTIVE or AWAITING_USER)")
+        now = now or utcnow()
+        row = ConversationAgentSession(
+            conversation_id=conversation_id,
+            agent_session_id=agent_session_id,
+            profile_name=profile_name,
+            status=status.value,
+            created_at=now,
+            last_interaction_at=now,
+        )
+        try:
+            async with self.session.begin_nested():
+                self.session.add(row)
+                await self.session.flush()
+        except IntegrityError as exc:
+            kind = _constraint_of(exc)
+            if kind == "one_open":
+                raise AgentSessionConflict("the conversation already has an open agent session") from None
+            if kind == "agent_session_id":
+                raise AgentSessionConflict("the agent session is already mapped to a conversation") from None
+            if kind == "conversation":
+                raise UnknownConversation("no such conversation") from None
+            raise
+        return row
+
+    async def get_by_id(self, row_id: str) -> ConversationAgentSession | None:
+        return await self.session.scalar(select(ConversationAgentSession).where(ConversationAgentSession.id == row_id))
+
+    async def get_by_agent_session_id(self, agent_session_id: str) -> ConversationAgentSession | None:
+        return await self.session.scalar(
+            select(ConversationAgentSession).where(ConversationAgentSession.agent_session_id == agent_session_id)
+        )
+
+    async def get_open_for_conversation(self, conversation_id: str) -> ConversationAgentSession | None:
+        return await self.session.scalar(
+            select(ConversationAgentSession).where(
+                ConversationAgentSession.conversation_id == conversation_id,
+                ConversationAgentSession.status.in_(_OPEN),
+            )
+        )
+
+    async def get_latest_for_conversation(self, conversation_id: str) -> ConversationAgentSession | None:
+        """The most recent session of the conversation, open or finished."""
+        return await self.session.scalar(
+            select(ConversationAgentSession)
+            .where(ConversationAgentSession.conversation_id == conversation_id)
+            .order_by(ConversationAgentSession.created_at.desc(), ConversationAgentSession.id.desc())
+            .limit(1)
+        )
+
+    async def update_status(
+        self,
+        row_id: str,
+        status: AgentSessionStatus,
+        *,
+        expected: Iterable[AgentSessionStatus] | None = None,
+        idle_before: datetime | None = None,
+        now: datetime | None = None,
+    ) -> ConversationAgentSession | None:
+        """Set the status (and touch the row) when its current status is one of ``expected``
+        (any open status by default) and, with ``idle_before``, it has been idle since then.
+        None when the row is missing or does not match."""
+        allowed = [s.value for s in expected] if expected is not None else _OPEN
+        conditions = [ConversationAgentSession.id == row_id, ConversationAgentSession.status.in_(allowed)]
+        if idle_before is not None:
+            conditions.append(ConversationAgentSession.last_interaction_at < idle_before)
+        values: dict[str, object] = {"status": status.value, "last_interaction_at": now or utcnow()}
+        if status.value not in _OPEN:
+            values["pending_question_id"] = None
+        try:
+            async with self.session.begin_nested():
+                return await self.session.scalar(
+                    update(ConversationAgentSession)
+                    .where(*conditions)
+                    .values(**values)
+                    .returning(ConversationAgentSession)
+                    .execution_options(**self._returning)
+                )
+        except IntegrityError as exc:
+            # Reopening a finished session while another one is open breaks the partial index.
+            if _constraint_of(exc) == "one_open":
+                raise AgentSessionConflict("the conversation already has an open agent session") from None
+            raise
+
+    async def set_agent_session_id(self, row_id: str, agent_session_id: str) -> ConversationAgentSession | None:
+        """Record the Agent Service's session id once it is known. It never changes afterwards:
+        None when the row holds another id already (or is missing)."""
+        try:
+            async with self.session.begin_nested():
+                return await self.session.scalar(
+                    update(ConversationAgentSession)
+                    .where(
+                        ConversationAgentSession.id == row_id,
+                        (ConversationAgentSession.agent_session_id.is_(None))
+                        | (ConversationAgentSession.agent_session_id == agent_session_id),
+                    )
+                    .values(agent_session_id=agent_session_id, last_interaction_at=utcnow())
+                    .returning(ConversationAgentSession)
+                    .execution_options(**self._returning)
+                )
+        except IntegrityError as exc:
+            if _constraint_of(exc) == "agent_session_id":
+                raise AgentSessionConflict("the agent session is already mapped to a conversation") from None
+            raise
+
+    async def touch(self, row_id: str, *, now: datetime | None = None) -> ConversationAgentSession | None:
+        return await self.session.scalar(
+            update(ConversationAgentSession)
+            .where(ConversationAgentSession.id == row_id)
+            .values(last_interaction_at=now or utcnow())
+            .returning(ConversationAgentSession)
+            .execution_options(**self._returning)
+        )
+
+    async def advance_event_seq(self, row_id: str, seq: int) -> bool:
+        """Remember the highest Agent Service event consumed (the resume point); never moves back."""
+        result = await self.session.execute(
+            update(ConversationAgentSession)
+            .where(ConversationAgentSession.id == row_id, ConversationAgentSession.last_event_seq < seq)
+            .values(last_event_seq=seq)
+            .execution_options(synchronize_session=False)
+        )
+        return result.rowcount == 1
+
+    async def set_pending_question(self, row_id: str, question_id: str | None) -> ConversationAgentSession | None:
+        return await self.session.scalar(
+            update(ConversationAgentSession)
+            .where(ConversationAgentSession.id == row_id)
+            .values(pending_question_id=question_id, last_interaction_at=utcnow())
+            .returning(ConversationAgentSession)
+            .execution_options(**self._returning)
+        )
+
+    async def list_stale(
+        self,
+        before: datetime,
+        limit: int = 100,
+        *,
+        statuses: Iterable[AgentSessionStatus] = NON_TERMINAL_AGENT_SESSION_STATUSES,
+    ) -> list[ConversationAgentSession]:
+        """Open sessions with no interaction since ``before``, least recent first (uses the index
+        on ``last_interaction_at``)."""
+        limit = max(1, min(limit, MAX_STALE_BATCH))
+        result = await self.session.scalars(
+            select(ConversationAgentSession)
+            .where(
+                ConversationAgentSession.last_interaction_at < before,
+                ConversationAgentSession.status.in_([s.value for s in statuses]),
+            )
+            .order_by(ConversationAgentSession.last_interaction_at, ConversationAgentSession.id)
+            .limit(limit)
+        )
+        return list(result)
