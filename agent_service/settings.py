@@ -39,6 +39,10 @@ class AgentServiceSettings(BaseSettings):
     replay_poll_seconds: Annotated[float, Field(gt=0)] = 0.5
     # Tool results are cut to this many characters before they go back to the model.
     max_tool_result_chars: Annotated[int, Field(gt=0)] = 16_000
+    # Longest a tool call may take before the model is told it timed out.
+    tool_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
+    # Whole request bodies (message plus chat history) are refused with 413 above this.
+    max_body_bytes: Annotated[int, Field(gt=0)] = 8 * 1024 * 1024
     log_level: str = "INFO"
 
     @field_validator("api_keys", mode="before")

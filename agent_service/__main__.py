@@ -1,0 +1,40 @@
+"""``python -m agent_service --host H --port P`` serves the API; ``python -m agent_service migrate``
+upgrades the database to the latest revision."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import uvicorn
+
+from agent_service.settings import AgentServiceSettings
+from shared.logging import configure_logging
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m agent_service", description="TaskForce Agent Service")
+    parser.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    args = parser.parse_args(argv)
+
+    settings = AgentServiceSettings()
+    configure_logging("agent_service", settings.log_level)
+    if args.command == "migrate":
+        from agent_service.migrate import migrate_url
+
+        asyncio.run(migrate_url(settings.database_url))
+        return
+
+    from agent_service.app import create_app
+
+    uvicorn.run(
+        create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False,
+        # Streams end on their own after a terminal event; give them a moment on shutdown.
+        timeout_graceful_shutdown=5,
+    )
+
+
+if __name__ == "__main__":
+    main()

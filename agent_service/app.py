@@ -1,0 +1,180 @@
+"""The Agent Service application: ``create_app(settings)``.
+
+Everything with a lifetime (database engine, LLM provider, tool registry, event log writer, run
+manager) is created in the lifespan, reachable through ``app.state`` and closed on shutdown. The
+provider and tools may be handed in (another configured provider, a different tool set); by
+default they are built from the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agent_service import health
+from agent_service.errors import install_error_handlers
+from agent_service.metrics import AgentMetrics
+from agent_service.migrate import run_migrations
+from agent_service.profiles import router as profiles_router
+from agent_service.profiles.service import ProfileStore
+from agent_service.runs import router as runs_router
+from agent_service.runs.engine import ReActEngine, ToolLookup
+from agent_service.runs.event_log import EventLog
+from agent_service.runs.service import RunManager, RunService
+from agent_service.runs.streaming import EventStreamer, StreamSettings
+from agent_service.sessions import router as sessions_router
+from agent_service.settings import AgentServiceSettings
+from shared.db import create_engine, create_sessionmaker
+from shared.llm.base import LLMProvider
+from shared.logging import RequestIdMiddleware
+from shared.protocol import ErrorBody
+
+log = logging.getLogger(__name__)
+
+
+class BodySizeLimitMiddleware:
+    """Refuses request bodies over ``max_bytes`` with 413 before they are read into memory."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await self._reject(send)
+                return
+        received = 0
+        too_large = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    too_large = True
+                    raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _BodyTooLarge:
+            await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        body = ErrorBody(error="body_too_large", detail=f"request body exceeds {self.max_bytes} bytes")
+        payload = body.model_dump_json().encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "http.response.body", "body": payload})
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _build_tools(sessionmaker: Any, settings: AgentServiceSettings) -> ToolLookup:
+    from agent_service.tools.registry import build_registry
+
+    return await _maybe_await(build_registry(sessionmaker, settings.knowledge_dir))
+
+
+async def _maybe_await(value: Any) -> Any:
+    if hasattr(value, "__await__"):
+        return await value
+    return value
+
+
+def _build_provider() -> LLMProvider:
+    from shared.llm.config import LLMSettings, build_provider
+
+    return build_provider(LLMSettings())
+
+
+def create_app(
+    settings: AgentServiceSettings | None = None,
+    *,
+    provider: LLMProvider | None = None,
+    tools: ToolLookup | None = None,
+) -> FastAPI:
+    settings = settings or AgentServiceSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        metrics = AgentMetrics()
+        db_engine = create_engine(settings.database_url)
+        llm = provider
+        event_log: EventLog | None = None
+        manager: RunManager | None = None
+        try:
+            if settings.should_migrate_on_start:
+                await run_migrations(db_engine)
+            sessionmaker = create_sessionmaker(db_engine)
+            profiles = ProfileStore.from_file(settings.profiles_file)
+            tool_lookup = tools if tools is not None else await _build_tools(sessionmaker, settings)
+            profiles.check_tools(lambda name: tool_lookup.get(name) is not None)
+            if llm is None:
+                llm = _build_provider()
+            event_log = EventLog(
+                sessionmaker, group_commit_ms=settings.group_commit_ms, live_queue_size=settings.live_queue_size,
+                metrics=metrics,
+            )
+            event_log.start()
+            engine = ReActEngine(
+                llm, tool_lookup, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
+                tool_timeout_s=settings.tool_timeout_seconds, max_tool_result_chars=settings.max_tool_result_chars,
+            )
+            manager = RunManager(sessionmaker=sessionmaker, event_log=event_log, engine=engine, metrics=metrics)
+            recovered = await manager.recover()
+            if recovered:
+                log.warning("ended runs interrupted by a previous stop", extra={"count": recovered})
+            if not settings.api_keys:
+                log.warning("AGENT_SERVICE_API_KEYS is empty: every authenticated request is refused")
+
+            app.state.settings = settings
+            app.state.metrics = metrics
+            app.state.db_engine = db_engine
+            app.state.sessionmaker = sessionmaker
+            app.state.profiles = profiles
+            app.state.tools = tool_lookup
+            app.state.provider = llm
+            app.state.event_log = event_log
+            app.state.run_manager = manager
+            app.state.run_service = RunService(
+                settings=settings, sessionmaker=sessionmaker, profiles=profiles, manager=manager, event_log=event_log
+            )
+            app.state.streamer = EventStreamer(
+                event_log, sessionmaker,
+                StreamSettings(
+                    heartbeat_seconds=settings.heartbeat_seconds, retry_ms=settings.sse_retry_ms,
+                    poll_seconds=settings.replay_poll_seconds,
+                ),
+            )
+            yield
+        finally:
+            if manager is not None:
+                await manager.shutdown()
+            if event_log is not None:
+                await event_log.aclose()
+            if llm is not None and provider is None:
+                await llm.aclose()
+            await db_engine.dispose()
+
+    app = FastAPI(title="TaskForce Agent Service", version="1.0", lifespan=lifespan)
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(runs_router.router)
+    app.include_router(sessions_router.router)
+    app.include_router(profiles_router.router)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestIdMiddleware)
+    return app

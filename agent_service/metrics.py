@@ -1,0 +1,43 @@
+"""Prometheus metrics of one Agent Service app.
+
+Each app gets its own ``CollectorRegistry`` (not the process-global one), so several apps in one
+process, as in tests, never register the same metric twice.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Tool calls and first tokens span sub-millisecond (calculator) to tens of seconds (slow models).
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class AgentMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.runs_started = Counter(
+            "agent_runs_started", "Runs started (new messages and resumes)", registry=self.registry
+        )
+        self.runs_completed = Counter("agent_runs_completed", "Runs that ended with COMPLETE", registry=self.registry)
+        self.runs_paused = Counter("agent_runs_paused", "Runs that paused with ASK_USER", registry=self.registry)
+        self.runs_failed = Counter(
+            "agent_runs_failed", "Runs that ended with ERROR, by code", ["code"], registry=self.registry
+        )
+        self.active_runs = Gauge("agent_active_runs", "Runs executing in this process", registry=self.registry)
+        self.events = Counter("agent_events", "Events emitted, by type", ["type"], registry=self.registry)
+        self.tool_latency = Histogram(
+            "agent_tool_latency_seconds", "Tool call duration", ["tool"], buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.llm_ttft = Histogram(
+            "agent_llm_time_to_first_token_seconds", "Time from model request to its first streamed event",
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.event_batches = Histogram(
+            "agent_event_log_batch_size", "Events written per group commit",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=self.registry,
+        )
+        self.dropped_subscribers = Counter(
+            "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",
+            registry=self.registry,
+        )

@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from agent_service.auth import ApiKey
+from agent_service.deps import ProfilesDep
+from shared.protocol import ProfileInfo
+
+router = APIRouter(prefix="/api/v1/agent", tags=["profiles"])
+
+
+@router.get("/profiles", response_model=list[ProfileInfo])
+async def list_profiles(_: ApiKey, profiles: ProfilesDep) -> list[ProfileInfo]:
+    return [profile.info() for profile in profiles.all()]

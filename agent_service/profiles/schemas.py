@@ -1,0 +1,45 @@
+"""An agent profile: who the agent is and what it may do."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from shared.protocol import ProfileInfo
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    description: str = ""
+    system_prompt: str
+    model: str | None = None
+    tools: list[str] = []
+    max_steps: Annotated[int, Field(ge=1, le=100)] = 8
+    # Completion tokens per model call.
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    # Prompt tokens the transcript may reach before the run stops with TOKEN_LIMIT_EXCEEDED.
+    max_context_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: float | None = None
+    # Tools that wait for the user's approval (ASK_USER kind "approval") before each call.
+    approval_required_tools: list[str] = []
+
+    @model_validator(mode="after")
+    def _approval_tools_are_tools(self) -> "Profile":
+        unknown = set(self.approval_required_tools) - set(self.tools)
+        if unknown:
+            raise ValueError(f"approval_required_tools not in tools: {sorted(unknown)}")
+        return self
+
+    def info(self) -> ProfileInfo:
+        return ProfileInfo(
+            name=self.name, description=self.description, model=self.model, tools=self.tools, max_steps=self.max_steps
+        )
+
+
+class ProfilesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    profiles: Annotated[list[Profile], Field(min_length=1)]

@@ -1,0 +1,332 @@
+"""The ReAct loop: model → tool calls → results back to the model → … → answer.
+
+The engine knows nothing of HTTP or the database. It emits non-terminal events (THOUGHT,
+TOOL_START, TOOL_END, ANSWER_CHUNK) through ``emit`` and returns how the run ended
+(``Completed``, ``Paused`` for ASK_USER, ``Failed``); the run manager turns that outcome into the
+terminal event and the session's new state. All it needs to continue later lives in ``RunState``,
+which is plain JSON-serialisable data, so a paused run resumes in another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import orjson
+from pydantic import BaseModel
+
+from agent_service.profiles.schemas import Profile
+from agent_service.metrics import AgentMetrics
+from agent_service.tools.base import Tool, ToolContext, ToolError
+from shared.llm.base import (
+    CompletionOptions,
+    LLMDone,
+    LLMError,
+    LLMMessage,
+    LLMProvider,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+)
+from shared.protocol import (
+    AnswerChunkData,
+    AskUserKind,
+    ErrorCode,
+    EventType,
+    PendingQuestion,
+    ThoughtData,
+    ToolEndData,
+    ToolStartData,
+    Usage,
+    UserContext,
+    utcnow,
+)
+from shared.tokens import count_messages_tokens, count_tokens
+
+log = logging.getLogger(__name__)
+
+# The tool the engine intercepts: calling it pauses the run and asks the user (ASK_USER).
+ASK_USER_TOOL = "ask_user"
+REFUSED_RESULT = {"error": "The user refused this tool call. Do not retry it; continue without it."}
+
+
+class ToolLookup(Protocol):
+    def get(self, name: str) -> Tool | None: ...
+
+
+Emit = Callable[[EventType, BaseModel], Any]
+
+
+@dataclass
+class RunState:
+    """Where a run stands; persisted on the session when it pauses."""
+
+    transcript: list[LLMMessage]
+    # Tool calls of the last model turn not executed yet (the first may be waiting for the user).
+    pending_calls: list[ToolCall] = field(default_factory=list)
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pending_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.pending_calls],
+            "steps": self.steps,
+            "usage": self.usage.model_dump(),
+        }
+
+    @classmethod
+    def from_json(cls, transcript: list[dict[str, Any]], data: dict[str, Any] | None) -> "RunState":
+        data = data or {}
+        return cls(
+            transcript=[LLMMessage.from_dict(m) for m in transcript],
+            pending_calls=[
+                ToolCall(id=c["id"], name=c["name"], arguments=dict(c.get("arguments") or {}))
+                for c in data.get("pending_calls", ())
+            ],
+            steps=int(data.get("steps", 0)),
+            usage=Usage.model_validate(data.get("usage") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The user's reply to the pending question, as the engine consumes it."""
+
+    kind: AskUserKind
+    text: str
+    approved: bool
+
+
+@dataclass(frozen=True)
+class RunContext:
+    session_id: str
+    run_id: str
+    profile: Profile
+    user_context: UserContext
+
+
+@dataclass(frozen=True)
+class Completed:
+    answer: str
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Paused:
+    question: PendingQuestion
+    call_id: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    code: ErrorCode
+    message: str
+
+
+Outcome = Completed | Paused | Failed
+
+
+def _dumps(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value, default=str).decode()
+
+
+class ReActEngine:
+    def __init__(
+        self, provider: LLMProvider, tools: ToolLookup, metrics: AgentMetrics, *, ask_user_timeout_s: float,
+        tool_timeout_s: float = 30.0, max_tool_result_chars: int = 16_000,
+    ) -> None:
+        self.provider = provider
+        self.tools = tools
+        self.metrics = metrics
+        self.ask_user_timeout = timedelta(seconds=ask_user_timeout_s)
+        self.tool_timeout_s = tool_timeout_s
+        self.max_tool_result_chars = max_tool_result_chars
+
+    async def run(self, ctx: RunContext, state: RunState, emit: Emit, resume: Resume | None = None) -> Outcome:
+        answer: list[str] = []
+        if resume is not None and state.pending_calls:
+            call = state.pending_calls.pop(0)
+            if resume.kind is AskUserKind.APPROVAL:
+                if resume.approved:
+                    await self._execute(ctx, state, call, emit)
+                else:
+                    self._tool_result(state, call, REFUSED_RESULT)
+            else:
+                self._tool_result(state, call, {"answer": resume.text})
+        paused = await self._run_pending(ctx, state, emit)
+        if paused is not None:
+            return paused
+
+        profile = ctx.profile
+        specs = [tool.spec() for name in profile.tools if (tool := self.tools.get(name)) is not None]
+        options = CompletionOptions(model=profile.model, max_tokens=profile.max_tokens, temperature=profile.temperature)
+        while state.steps < profile.max_steps:
+            state.steps += 1
+            if profile.max_context_tokens is not None:
+                prompt_tokens = await asyncio.to_thread(
+                    count_messages_tokens, [(m.role, m.content) for m in state.transcript]
+                )
+                if prompt_tokens > profile.max_context_tokens:
+                    return Failed(
+                        ErrorCode.TOKEN_LIMIT_EXCEEDED,
+                        f"the conversation needs {prompt_tokens} prompt tokens, the profile allows "
+                        f"{profile.max_context_tokens}",
+                    )
+            try:
+                text, calls = await self._model_turn(state, specs, options, emit, answer)
+            except LLMError as exc:
+                code = ErrorCode.LLM_UNAVAILABLE if exc.retryable else ErrorCode.LLM_ERROR
+                log.warning("model call failed", extra={"error_type": type(exc).__name__, "code": code.value})
+                return Failed(code, f"the language model failed: {exc}")
+            state.transcript.append(LLMMessage(role="assistant", content=text, tool_calls=tuple(calls)))
+            if not calls:
+                return Completed(answer="".join(answer), usage=state.usage)
+            state.pending_calls = list(calls)
+            paused = await self._run_pending(ctx, state, emit)
+            if paused is not None:
+                return paused
+        return Failed(
+            ErrorCode.MAX_STEPS_EXCEEDED, f"no answer within the profile's limit of {profile.max_steps} steps"
+        )
+
+    async def _model_turn(
+        self, state: RunState, specs, options: CompletionOptions, emit: Emit, answer: list[str]
+    ) -> tuple[str, list[ToolCall]]:
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: list[ToolCall] = []
+        done: LLMDone | None = None
+        started = time.perf_counter()
+        first = True
+
+        def end_reasoning() -> None:
+            if reasoning:
+                emit(EventType.THOUGHT, ThoughtData(text="".join(reasoning), step=state.steps))
+                reasoning.clear()
+
+        stream = self.provider.stream(state.transcript, tools=specs, options=options)
+        try:
+            async for event in stream:
+                if first:
+                    self.metrics.llm_ttft.observe(time.perf_counter() - started)
+                    first = False
+                if isinstance(event, TextDelta):
+                    if not event.text:
+                        continue
+                    end_reasoning()
+                    text.append(event.text)
+                    answer.append(event.text)
+                    emit(EventType.ANSWER_CHUNK, AnswerChunkData(text=event.text))
+                elif isinstance(event, ReasoningDelta):
+                    reasoning.append(event.text)
+                elif isinstance(event, ToolCall):
+                    end_reasoning()
+                    calls.append(event)
+                elif isinstance(event, LLMDone):
+                    done = event
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        end_reasoning()
+        content = "".join(text)
+        state.usage.llm_calls += 1
+        if done is not None and done.prompt_tokens:
+            state.usage.prompt_tokens += done.prompt_tokens
+        else:
+            state.usage.prompt_tokens += await asyncio.to_thread(
+                count_messages_tokens, [(m.role, m.content) for m in state.transcript]
+            )
+        if done is not None and done.completion_tokens:
+            state.usage.completion_tokens += done.completion_tokens
+        else:
+            state.usage.completion_tokens += count_tokens(content)
+        state.usage.total_tokens = state.usage.prompt_tokens + state.usage.completion_tokens
+        return content, calls
+
+    async def _run_pending(self, ctx: RunContext, state: RunState, emit: Emit) -> Paused | None:
+        """Execute the pending tool calls in order; stop at one that needs the user."""
+        while state.pending_calls:
+            call = state.pending_calls[0]
+            if call.name == ASK_USER_TOOL and call.name in ctx.profile.tools:
+                question = str(call.arguments.get("question") or "").strip()
+                if question:
+                    return self._pause(call, AskUserKind.QUESTION, question)
+                state.pending_calls.pop(0)
+                self._tool_result(state, call, {"error": "ask_user needs a non-empty 'question'"})
+                continue
+            if call.name in ctx.profile.approval_required_tools:
+                return self._pause(
+                    call, AskUserKind.APPROVAL, f"May I run {call.name} with {_dumps(call.arguments)}?",
+                    tool=call.name, args=call.arguments,
+                )
+            state.pending_calls.pop(0)
+            await self._execute(ctx, state, call, emit)
+        return None
+
+    def _pause(
+        self, call: ToolCall, kind: AskUserKind, question: str, tool: str | None = None,
+        args: dict[str, Any] | None = None,
+    ) -> Paused:
+        expires_at: datetime = utcnow() + self.ask_user_timeout
+        pending = PendingQuestion(
+            question_id=uuid.uuid4().hex, question=question, expires_at=expires_at, kind=kind, tool=tool, args=args
+        )
+        return Paused(question=pending, call_id=call.id)
+
+    async def _execute(self, ctx: RunContext, state: RunState, call: ToolCall, emit: Emit) -> None:
+        tool = self.tools.get(call.name) if call.name in ctx.profile.tools else None
+        emit(EventType.TOOL_START, ToolStartData(call_id=call.id, tool=call.name, args=call.arguments))
+        state.usage.tool_calls += 1
+        started = time.perf_counter()
+        ok, result, error = False, None, None
+        if tool is None:
+            error = f"unknown tool {call.name!r}; available: {', '.join(ctx.profile.tools) or 'none'}"
+        else:
+            try:
+                result = await asyncio.wait_for(
+                    tool.run(call.arguments, ToolContext(ctx.session_id, ctx.run_id, ctx.user_context)),
+                    self.tool_timeout_s,
+                )
+                ok = True
+            except ToolError as exc:
+                error = str(exc)
+            except TimeoutError:
+                error = f"{call.name} did not finish within {self.tool_timeout_s:g} s"
+            except Exception:
+                log.exception("tool failed", extra={"tool": call.name})
+                error = f"{call.name} failed with an internal error"
+        duration = time.perf_counter() - started
+        self.metrics.tool_latency.labels(call.name).observe(duration)
+        emit(
+            EventType.TOOL_END,
+            ToolEndData(
+                call_id=call.id, tool=call.name, ok=ok, result=result if ok else None, error=error,
+                duration_ms=round(duration * 1000, 3),
+            ),
+        )
+        self._tool_result(state, call, result if ok else {"error": error})
+
+    def _tool_result(self, state: RunState, call: ToolCall, result: Any) -> None:
+        content = _dumps(result)
+        if len(content) > self.max_tool_result_chars:
+            content = content[: self.max_tool_result_chars] + " …[truncated]"
+        state.transcript.append(LLMMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+
+
+def close_pending_calls(state: RunState, reason: str) -> None:
+    """Answer every pending call with ``reason``, so the transcript stays valid for a model that
+    requires a tool result after each tool call (when a paused run is cancelled or expires)."""
+    for call in state.pending_calls:
+        state.transcript.append(
+            LLMMessage(role="tool", content=_dumps({"error": reason}), tool_call_id=call.id, name=call.name)
+        )
+    state.pending_calls = []

@@ -1,0 +1,138 @@
+"""All SQL of sessions, runs and events. Callers own the transaction; these only flush."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agent_service.models import AgentEvent, AgentRun, AgentSession
+from shared.protocol import EventEnvelope, EventType, SessionStatus
+
+
+class SessionRepository:
+    def __init__(self, db: AsyncSession) -> None:
+        self.db = db
+
+    async def get(self, session_id: str) -> AgentSession | None:
+        return await self.db.get(AgentSession, session_id)
+
+    async def get_for_update(self, session_id: str) -> AgentSession | None:
+        # Row lock on PostgreSQL; SQLite serialises writers anyway.
+        result = await self.db.execute(
+            select(AgentSession).where(AgentSession.id == session_id).with_for_update()
+        )
+        return result.scalar_one_or_none()
+
+    def add(self, session: AgentSession) -> None:
+        self.db.add(session)
+
+    async def claim(self, session_id: str, run_id: str, now: datetime, values: dict[str, Any]) -> bool:
+        """Mark the session ACTIVE for ``run_id`` unless another run holds it; True when claimed."""
+        result = await self.db.execute(
+            update(AgentSession)
+            .where(AgentSession.id == session_id, AgentSession.status != SessionStatus.ACTIVE.value)
+            .values(status=SessionStatus.ACTIVE.value, current_run_id=run_id, updated_at=now, **values)
+            .execution_options(synchronize_session=False)
+        )
+        return result.rowcount == 1
+
+    async def update(self, session_id: str, **values: Any) -> None:
+        await self.db.execute(
+            update(AgentSession)
+            .where(AgentSession.id == session_id)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+
+    async def bump_last_seq(self, session_id: str, seq: int) -> None:
+        # Never move backwards: batches of one session are written in order, but be safe anyway.
+        await self.db.execute(
+            update(AgentSession)
+            .where(AgentSession.id == session_id, AgentSession.last_seq < seq)
+            .values(last_seq=seq)
+            .execution_options(synchronize_session=False)
+        )
+
+    async def ids_with_status(self, status: SessionStatus) -> list[str]:
+        result = await self.db.execute(select(AgentSession.id).where(AgentSession.status == status.value))
+        return list(result.scalars())
+
+
+class RunRepository:
+    def __init__(self, db: AsyncSession) -> None:
+        self.db = db
+
+    def add(self, run: AgentRun) -> None:
+        self.db.add(run)
+
+    async def get(self, run_id: str) -> AgentRun | None:
+        return await self.db.get(AgentRun, run_id)
+
+    async def get_by_idempotency_key(self, key: str) -> AgentRun | None:
+        result = await self.db.execute(select(AgentRun).where(AgentRun.idempotency_key == key))
+        return result.scalar_one_or_none()
+
+    async def finish(
+        self, run_id: str, *, status: str, ended_at: datetime, error_code: str | None = None,
+        usage: dict[str, Any] | None = None,
+    ) -> None:
+        await self.db.execute(
+            update(AgentRun)
+            .where(AgentRun.id == run_id)
+            .values(status=status, ended_at=ended_at, error_code=error_code, usage=usage)
+            .execution_options(synchronize_session=False)
+        )
+
+    async def finish_active_for_session(self, session_id: str, *, status: str, error_code: str, ended_at: datetime) -> None:
+        await self.db.execute(
+            update(AgentRun)
+            .where(AgentRun.session_id == session_id, AgentRun.status == SessionStatus.ACTIVE.value)
+            .values(status=status, error_code=error_code, ended_at=ended_at)
+            .execution_options(synchronize_session=False)
+        )
+
+    async def count_for_session(self, session_id: str) -> int:
+        result = await self.db.execute(select(func.count()).select_from(AgentRun).where(AgentRun.session_id == session_id))
+        return int(result.scalar_one())
+
+
+class EventRepository:
+    def __init__(self, db: AsyncSession) -> None:
+        self.db = db
+
+    async def insert_many(self, envelopes: Sequence[EventEnvelope]) -> None:
+        if not envelopes:
+            return
+        await self.db.execute(
+            insert(AgentEvent),
+            [
+                {
+                    "session_id": env.session_id,
+                    "seq": env.seq,
+                    "run_id": env.run_id,
+                    "type": env.type.value,
+                    "ts": env.ts,
+                    "data": env.data,
+                }
+                for env in envelopes
+            ],
+        )
+
+    async def after(self, session_id: str, after_seq: int, limit: int) -> list[EventEnvelope]:
+        result = await self.db.execute(
+            select(AgentEvent)
+            .where(AgentEvent.session_id == session_id, AgentEvent.seq > after_seq)
+            .order_by(AgentEvent.seq)
+            .limit(limit)
+        )
+        return [
+            EventEnvelope(
+                session_id=row.session_id, run_id=row.run_id, seq=row.seq, type=EventType(row.type), ts=row.ts,
+                data=row.data,
+            )
+            for row in result.scalars()
+        ]

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import StreamingResponse
+
+from agent_service.auth import ApiKey
+from agent_service.deps import RunServiceDep
+from shared.protocol import ErrorBody, ExecuteRequest
+from shared.sse import SSE_MEDIA_TYPE
+
+router = APIRouter(prefix="/api/v1/agent", tags=["runs"])
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+_ERRORS = {
+    401: {"model": ErrorBody, "description": "missing or invalid X-API-Key"},
+    404: {"model": ErrorBody, "description": "unknown profile or session"},
+    409: {"model": ErrorBody, "description": "a run is executing, or the answer does not fit the session"},
+    410: {"model": ErrorBody, "description": "the question expired"},
+    413: {"model": ErrorBody, "description": "message larger than the configured limit"},
+    422: {"model": ErrorBody, "description": "malformed request"},
+}
+
+
+@router.post(
+    "/execute",
+    response_class=StreamingResponse,
+    responses={200: {"content": {SSE_MEDIA_TYPE: {}}, "description": "the run's events as SSE"}, **_ERRORS},
+)
+async def execute(
+    body: ExecuteRequest,
+    _: ApiKey,
+    service: RunServiceDep,
+    request: Request,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=128)] = None,
+) -> StreamingResponse:
+    """Start a run (or resume a paused one with ``answer``) and stream its events.
+
+    The run does not depend on this connection: a client that drops reconnects to
+    ``/sessions/{id}/events`` with ``Last-Event-ID``, or retries with the same ``Idempotency-Key``.
+    """
+    handle = await service.execute(body, idempotency_key)
+    streamer = request.app.state.streamer
+    return StreamingResponse(
+        streamer.stream(handle.session_id, handle.first_seq - 1, until_run=handle.run_id),
+        media_type=SSE_MEDIA_TYPE,
+        headers={**SSE_HEADERS, "X-Session-ID": handle.session_id, "X-Run-ID": handle.run_id},
+    )

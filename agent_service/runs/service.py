@@ -1,0 +1,496 @@
+"""Starting, resuming, joining and cancelling runs.
+
+``RunService`` validates an execute completely before it writes anything, then claims the session
+for a new run in one transaction. ``RunManager`` owns the run tasks: a run is an asyncio task of
+the process, not of the HTTP request, so a client that disconnects loses nothing. When a run ends,
+its terminal event and the session's new state are written together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from agent_service.errors import (
+    RUN_ERROR_RETRYABLE,
+    IdempotencyKeyConflict,
+    InvalidRequest,
+    MessageTooLarge,
+    NotAwaitingUser,
+    NothingToCancel,
+    QuestionExpired,
+    QuestionMismatch,
+    QuestionPending,
+    RunInProgress,
+    SessionNotFound,
+)
+from agent_service.metrics import AgentMetrics
+from agent_service.models import AgentRun, AgentSession
+from agent_service.profiles.service import ProfileStore
+from agent_service.runs.engine import (
+    Completed,
+    Failed,
+    Outcome,
+    Paused,
+    ReActEngine,
+    Resume,
+    RunContext,
+    RunState,
+    close_pending_calls,
+)
+from agent_service.runs.event_log import EventLog, SessionChannel
+from agent_service.runs.repository import RunRepository, SessionRepository
+from agent_service.runs.schemas import RunHandle
+from agent_service.settings import AgentServiceSettings
+from shared.llm.base import LLMMessage
+from shared.logging import session_id_var
+from shared.protocol import (
+    AskUserData,
+    AskUserKind,
+    CompleteData,
+    ErrorCode,
+    ErrorData,
+    EventType,
+    ExecuteRequest,
+    PendingQuestion,
+    SessionStatus,
+    SessionStatusResponse,
+    UserContext,
+    utcnow,
+)
+
+log = logging.getLogger(__name__)
+
+# Events after which the group-commit writer flushes without waiting for its interval.
+_BOUNDARY_EVENTS = frozenset({EventType.TOOL_END, EventType.THOUGHT})
+_APPROVE_WORDS = frozenset({"approve", "approved", "yes", "y", "ok", "allow"})
+
+
+@dataclass
+class ActiveRun:
+    handle: RunHandle
+    context: RunContext
+    state: RunState
+    # The transcript as it was when the run started: what a failed run leaves on the session.
+    start_transcript: list[dict]
+    resume: Resume | None
+    channel: SessionChannel
+    task: asyncio.Task[None] | None = None
+    cancel_requested: bool = False
+
+
+def _error(code: ErrorCode, message: str) -> ErrorData:
+    return ErrorData(code=code.value, message=message, retryable=RUN_ERROR_RETRYABLE.get(code, False))
+
+
+class RunManager:
+    def __init__(
+        self, *, sessionmaker: async_sessionmaker, event_log: EventLog, engine: ReActEngine, metrics: AgentMetrics
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._log = event_log
+        self._engine = engine
+        self._metrics = metrics
+        self._runs: dict[str, ActiveRun] = {}
+        self._shutting_down = False
+
+    def get(self, session_id: str) -> ActiveRun | None:
+        return self._runs.get(session_id)
+
+    def start(self, run: ActiveRun) -> None:
+        self._runs[run.handle.session_id] = run
+        run.task = asyncio.create_task(self._drive(run), name=f"agent-run-{run.handle.run_id}")
+
+    def _emit(self, run: ActiveRun) -> Callable[[EventType, BaseModel], None]:
+        def emit(type_: EventType, data: BaseModel) -> None:
+            self._log.emit(run.channel, type_, data)
+            if type_ in _BOUNDARY_EVENTS:
+                self._log.writer.request_flush()
+
+        return emit
+
+    async def _drive(self, run: ActiveRun) -> None:
+        token = session_id_var.set(run.handle.session_id)
+        self._metrics.runs_started.inc()
+        self._metrics.active_runs.inc()
+        log.info("run started", extra={"run_id": run.handle.run_id, "resume": run.resume is not None})
+        try:
+            try:
+                outcome: Outcome = await self._engine.run(run.context, run.state, self._emit(run), run.resume)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                if self._shutting_down and not run.cancel_requested:
+                    outcome = Failed(ErrorCode.INTERRUPTED, "the service stopped while the run was executing")
+                else:
+                    outcome = Failed(ErrorCode.CANCELLED, "the run was cancelled")
+            except Exception:
+                log.exception("run failed unexpectedly", extra={"run_id": run.handle.run_id})
+                outcome = Failed(ErrorCode.INTERNAL, "internal error in the agent service")
+            await self._finish(run, outcome)
+        except Exception:
+            log.exception("run could not be finalised", extra={"run_id": run.handle.run_id})
+        finally:
+            self._metrics.active_runs.dec()
+            self._runs.pop(run.handle.session_id, None)
+            session_id_var.reset(token)
+
+    async def _finish(self, run: ActiveRun, outcome: Outcome) -> None:
+        handle, state = run.handle, run.state
+        now = utcnow()
+        if isinstance(outcome, Completed):
+            type_, data = EventType.COMPLETE, CompleteData(answer=outcome.answer, usage=outcome.usage)
+            session_values = dict(
+                status=SessionStatus.COMPLETED.value, transcript=[m.to_dict() for m in state.transcript],
+                run_state=None, pending_question=None,
+            )
+            run_status, error_code = SessionStatus.COMPLETED.value, None
+            self._metrics.runs_completed.inc()
+        elif isinstance(outcome, Paused):
+            q = outcome.question
+            type_ = EventType.ASK_USER
+            data = AskUserData(
+                question_id=q.question_id, question=q.question, expires_at=q.expires_at, kind=q.kind, tool=q.tool,
+                args=q.args,
+            )
+            pending = q.model_dump(mode="json") | {"call_id": outcome.call_id}
+            session_values = dict(
+                status=SessionStatus.AWAITING_USER.value, transcript=[m.to_dict() for m in state.transcript],
+                run_state=state.to_json(), pending_question=pending,
+            )
+            run_status, error_code = SessionStatus.AWAITING_USER.value, None
+            self._metrics.runs_paused.inc()
+        else:
+            type_, data = EventType.ERROR, _error(outcome.code, outcome.message)
+            status = SessionStatus.CANCELLED if outcome.code is ErrorCode.CANCELLED else SessionStatus.FAILED
+            session_values = dict(
+                status=status.value, transcript=run.start_transcript, run_state=None, pending_question=None
+            )
+            run_status, error_code = status.value, outcome.code.value
+            self._metrics.runs_failed.labels(outcome.code.value).inc()
+
+        async def finalize(db: AsyncSession) -> None:
+            await SessionRepository(db).update(handle.session_id, updated_at=now, **session_values)
+            await RunRepository(db).finish(
+                handle.run_id, status=run_status, ended_at=now, error_code=error_code, usage=state.usage.model_dump()
+            )
+
+        await self._log.emit_final(run.channel, type_, data, finalize)
+        log.info("run ended", extra={"run_id": handle.run_id, "outcome": type_.value, "code": error_code})
+
+    async def cancel(self, session_id: str) -> bool:
+        """Cancel this process's run of ``session_id``; True once its ERROR event is written."""
+        run = self._runs.get(session_id)
+        if run is None or run.task is None:
+            return False
+        run.cancel_requested = True
+        run.task.cancel()
+        # Shielded: the caller going away must not interrupt the run's own clean-up.
+        await asyncio.shield(run.task)
+        return True
+
+    async def recover(self) -> int:
+        """End runs a crashed process left ACTIVE: FAILED with an ERROR (INTERRUPTED, retryable)."""
+        async with self._sessionmaker() as db:
+            stuck = await SessionRepository(db).ids_with_status(SessionStatus.ACTIVE)
+        for session_id in stuck:
+            if session_id in self._runs:
+                continue
+            async with self._sessionmaker.begin() as db:
+                sessions = SessionRepository(db)
+                session = await sessions.get_for_update(session_id)
+                if session is None or session.status != SessionStatus.ACTIVE.value:
+                    continue
+                now = utcnow()
+                run_id = session.current_run_id or "recovery"
+                await self._log.append_direct(
+                    db, session_id, run_id, session.last_seq + 1, EventType.ERROR,
+                    _error(ErrorCode.INTERRUPTED, "the service restarted while the run was executing"),
+                )
+                await sessions.update(session_id, status=SessionStatus.FAILED.value, updated_at=now, run_state=None,
+                                      pending_question=None)
+                await RunRepository(db).finish_active_for_session(
+                    session_id, status=SessionStatus.FAILED.value, error_code=ErrorCode.INTERRUPTED.value, ended_at=now
+                )
+            self._metrics.runs_failed.labels(ErrorCode.INTERRUPTED.value).inc()
+            log.warning("interrupted run ended at start-up", extra={"session_id": session_id})
+        return len(stuck)
+
+    async def shutdown(self) -> None:
+        """Stop every run; each ends with ERROR INTERRUPTED (retryable) written to the log."""
+        self._shutting_down = True
+        tasks = [run.task for run in self._runs.values() if run.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class RunService:
+    def __init__(
+        self, *, settings: AgentServiceSettings, sessionmaker: async_sessionmaker, profiles: ProfileStore,
+        manager: RunManager, event_log: EventLog,
+    ) -> None:
+        self._settings = settings
+        self._sessionmaker = sessionmaker
+        self._profiles = profiles
+        self._manager = manager
+        self._log = event_log
+        # Serialises executes of one session inside this process; the database claim guards
+        # against other processes.
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # --- execute --------------------------------------------------------------------------
+
+    def _validate(self, request: ExecuteRequest, idempotency_key: str | None) -> None:
+        if len(request.message) > self._settings.max_message_chars:
+            raise MessageTooLarge(
+                f"message has {len(request.message)} characters; the limit is {self._settings.max_message_chars}"
+            )
+        if request.answer is not None:
+            if request.session_id is None:
+                raise InvalidRequest("an answer needs the session_id of the paused session")
+            if len(request.answer.text) > self._settings.max_message_chars:
+                raise MessageTooLarge(
+                    f"answer has {len(request.answer.text)} characters; "
+                    f"the limit is {self._settings.max_message_chars}"
+                )
+        elif not request.message.strip():
+            raise InvalidRequest("message must not be empty (or send an answer)")
+        if idempotency_key is not None and not (0 < len(idempotency_key) <= 128 and idempotency_key.isprintable()):
+            raise InvalidRequest("Idempotency-Key must be 1 to 128 printable characters")
+
+    async def execute(self, request: ExecuteRequest, idempotency_key: str | None) -> RunHandle:
+        self._validate(request, idempotency_key)
+        profile = self._profiles.get(request.profile_name)  # 404 before anything is written
+        if idempotency_key is not None:
+            joined = await self._join(request, idempotency_key)
+            if joined is not None:
+                return joined
+        session_id = request.session_id or uuid.uuid4().hex
+        lock = self._locks.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            try:
+                return await self._start(request, idempotency_key, session_id, profile.name)
+            finally:
+                if not lock._waiters:  # noqa: SLF001 - drop idle locks so the dict does not grow
+                    self._locks.pop(session_id, None)
+
+    async def _join(self, request: ExecuteRequest, key: str) -> RunHandle | None:
+        async with self._sessionmaker() as db:
+            run = await RunRepository(db).get_by_idempotency_key(key)
+        if run is None:
+            return None
+        if request.session_id is not None and request.session_id != run.session_id:
+            raise IdempotencyKeyConflict("this Idempotency-Key was used for another session")
+        return RunHandle(session_id=run.session_id, run_id=run.id, first_seq=run.first_seq, joined=True)
+
+    async def _start(
+        self, request: ExecuteRequest, key: str | None, session_id: str, profile_name: str
+    ) -> RunHandle:
+        now = utcnow()
+        run_id = uuid.uuid4().hex
+        resume: Resume | None = None
+        expired_question = False
+        try:
+            async with self._sessionmaker.begin() as db:
+                sessions = SessionRepository(db)
+                session = await sessions.get_for_update(session_id) if request.session_id else None
+                if request.session_id is not None and session is None:
+                    raise SessionNotFound(f"no session {request.session_id!r}")
+                if session is not None:
+                    if session.status == SessionStatus.ACTIVE.value:
+                        raise RunInProgress(
+                            {"message": "a run of this session is still executing; wait for it, cancel it, or "
+                                        "retry with the same Idempotency-Key to follow it",
+                             "session_id": session_id, "run_id": session.current_run_id}
+                        )
+                    profile_name = session.profile_name if request.answer is not None else profile_name
+                    profile = self._profiles.get(profile_name)
+                    pending = session.pending_question
+                    if request.answer is not None:
+                        if session.status != SessionStatus.AWAITING_USER.value or pending is None:
+                            raise NotAwaitingUser(f"session is {session.status}, not waiting for an answer")
+                        if pending["question_id"] != request.answer.question_id:
+                            raise QuestionMismatch(
+                                {"message": "the answer is for another question",
+                                 "pending_question_id": pending["question_id"]}
+                            )
+                        question = PendingQuestion.model_validate(pending)
+                        if question.expires_at <= now:
+                            expired_question = True
+                        else:
+                            resume = Resume(
+                                kind=question.kind, text=request.answer.text,
+                                approved=self._approved(request),
+                            )
+                    elif session.status == SessionStatus.AWAITING_USER.value and pending is not None:
+                        if PendingQuestion.model_validate(pending).expires_at > now:
+                            raise QuestionPending(
+                                {"message": "the session waits for an answer to its question; send it as answer",
+                                 "question_id": pending["question_id"]}
+                            )
+                        expired_question = True
+                    if expired_question:
+                        # Written and committed even when the answer is then refused with 410: the
+                        # session must not wait for an answer that can no longer come.
+                        await self._expire(db, session, now)
+                    if request.answer is None or not expired_question:
+                        state = self._state_for(session, request, profile.system_prompt, resume)
+                        first_seq = session.last_seq + 1
+                        claimed = await sessions.claim(
+                            session_id, run_id, now,
+                            {"profile_name": profile.name, "transcript": [m.to_dict() for m in state.transcript],
+                             "run_state": state.to_json() if resume else None, "pending_question": None},
+                        )
+                        if not claimed:
+                            raise RunInProgress({"message": "another run claimed this session", "session_id": session_id})
+                else:
+                    profile = self._profiles.get(profile_name)
+                    state = RunState(transcript=self._initial_transcript(request, profile.system_prompt))
+                    first_seq = 1
+                    sessions.add(
+                        AgentSession(
+                            id=session_id, profile_name=profile.name, status=SessionStatus.ACTIVE.value,
+                            user_context=request.user_context.model_dump(mode="json"),
+                            transcript=[m.to_dict() for m in state.transcript], run_state=None,
+                            pending_question=None, last_seq=0, current_run_id=run_id, created_at=now, updated_at=now,
+                        )
+                    )
+                    await db.flush()
+                if not (expired_question and request.answer is not None):
+                    RunRepository(db).add(
+                        AgentRun(
+                            id=run_id, session_id=session_id, idempotency_key=key, status=SessionStatus.ACTIVE.value,
+                            first_seq=first_seq, started_at=now,
+                        )
+                    )
+                    await db.flush()
+        except IntegrityError:
+            # A concurrent execute with the same Idempotency-Key (or session id) won the race.
+            if key is not None:
+                joined = await self._join(request, key)
+                if joined is not None:
+                    return joined
+            raise RunInProgress({"message": "a concurrent execute created this run", "session_id": session_id})
+        if expired_question and request.answer is not None:
+            raise QuestionExpired("the question expired before it was answered; send a new message")
+
+        user_context = (
+            UserContext.model_validate(session.user_context) if session is not None and request.answer is not None
+            else request.user_context
+        )
+        handle = RunHandle(session_id=session_id, run_id=run_id, first_seq=first_seq)
+        channel = self._log.open_channel(session_id, run_id, first_seq)
+        self._manager.start(
+            ActiveRun(
+                handle=handle,
+                context=RunContext(session_id=session_id, run_id=run_id, profile=profile, user_context=user_context),
+                state=state,
+                start_transcript=[m.to_dict() for m in state.transcript],
+                resume=resume,
+                channel=channel,
+            )
+        )
+        return handle
+
+    @staticmethod
+    def _approved(request: ExecuteRequest) -> bool:
+        answer = request.answer
+        assert answer is not None
+        if answer.approved is not None:
+            return answer.approved
+        return answer.text.strip().lower().rstrip(".!") in _APPROVE_WORDS
+
+    @staticmethod
+    def _initial_transcript(request: ExecuteRequest, system_prompt: str) -> list[LLMMessage]:
+        transcript = [LLMMessage(role="system", content=system_prompt)]
+        transcript += [LLMMessage(role=m.role.value, content=m.content) for m in request.chat_history]
+        transcript.append(LLMMessage(role="user", content=request.message))
+        return transcript
+
+    def _state_for(
+        self, session: AgentSession, request: ExecuteRequest, system_prompt: str, resume: Resume | None
+    ) -> RunState:
+        if resume is not None:
+            return RunState.from_json(session.transcript, session.run_state)
+        # A new message continues the session's own transcript (it holds the tool calls the
+        # caller's chat history does not); the caller's history seeds only a new session.
+        state = RunState.from_json(session.transcript, None)
+        if not state.transcript:
+            state.transcript = self._initial_transcript(request, system_prompt)
+        else:
+            state.transcript.append(LLMMessage(role="user", content=request.message))
+        return state
+
+    async def _expire(self, db: AsyncSession, session: AgentSession, now) -> None:
+        state = RunState.from_json(session.transcript, session.run_state)
+        close_pending_calls(state, "the user did not answer in time")
+        await self._log.append_direct(
+            db, session.id, session.current_run_id or "expired", session.last_seq + 1, EventType.ERROR,
+            _error(ErrorCode.QUESTION_EXPIRED, "the question expired before it was answered"),
+        )
+        await SessionRepository(db).update(
+            session.id, status=SessionStatus.FAILED.value, pending_question=None, run_state=None,
+            transcript=[m.to_dict() for m in state.transcript], updated_at=now,
+        )
+        session.status = SessionStatus.FAILED.value
+        session.last_seq += 1
+        session.transcript = [m.to_dict() for m in state.transcript]
+        session.pending_question = None
+
+    # --- sessions -------------------------------------------------------------------------
+
+    async def status(self, session_id: str) -> SessionStatusResponse:
+        async with self._sessionmaker() as db:
+            session = await SessionRepository(db).get(session_id)
+        if session is None:
+            raise SessionNotFound(f"no session {session_id!r}")
+        last_seq = session.last_seq
+        channel = self._log.channel(session_id)
+        if channel is not None:
+            # The log may lag the live run by one group-commit interval.
+            last_seq = max(last_seq, channel.last_seq)
+        pending = session.pending_question
+        return SessionStatusResponse(
+            session_id=session.id, profile_name=session.profile_name, status=SessionStatus(session.status),
+            pending_question=PendingQuestion.model_validate(pending) if pending else None, last_seq=last_seq,
+            current_run_id=session.current_run_id, created_at=session.created_at, updated_at=session.updated_at,
+        )
+
+    async def ensure_session(self, session_id: str) -> None:
+        async with self._sessionmaker() as db:
+            if await SessionRepository(db).get(session_id) is None:
+                raise SessionNotFound(f"no session {session_id!r}")
+
+    async def cancel(self, session_id: str) -> SessionStatusResponse:
+        if await self._manager.cancel(session_id):
+            return await self.status(session_id)
+        async with self._sessionmaker.begin() as db:
+            sessions = SessionRepository(db)
+            session = await sessions.get_for_update(session_id)
+            if session is None:
+                raise SessionNotFound(f"no session {session_id!r}")
+            if session.status == SessionStatus.ACTIVE.value:
+                raise NothingToCancel("the run is executing in another process of the service; cancel it there")
+            if session.status != SessionStatus.AWAITING_USER.value:
+                raise NothingToCancel(f"session is {session.status}; there is nothing to cancel")
+            state = RunState.from_json(session.transcript, session.run_state)
+            close_pending_calls(state, "the user cancelled the run")
+            await self._log.append_direct(
+                db, session_id, session.current_run_id or "cancel", session.last_seq + 1, EventType.ERROR,
+                _error(ErrorCode.CANCELLED, "the run was cancelled"),
+            )
+            await sessions.update(
+                session_id, status=SessionStatus.CANCELLED.value, pending_question=None, run_state=None,
+                transcript=[m.to_dict() for m in state.transcript], updated_at=utcnow(),
+            )
+        return await self.status(session_id)

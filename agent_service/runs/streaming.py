@@ -1,0 +1,130 @@
+"""The SSE body of execute and of the events endpoint: replay from the log, then the live tail.
+
+Order matters for "no gap, no duplicate": subscribe to the live run first (with a snapshot of its
+unwritten events), then read the log after ``after``, then follow the subscription, dropping every
+``seq`` already sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from agent_service.runs.event_log import EventLog
+from agent_service.runs.repository import EventRepository, SessionRepository
+from shared.protocol import EventEnvelope, SessionStatus
+from shared.sse import encode_comment, encode_envelope, encode_retry
+
+_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    heartbeat_seconds: float
+    retry_ms: int
+    poll_seconds: float
+
+
+class EventStreamer:
+    def __init__(self, event_log: EventLog, sessionmaker: async_sessionmaker, settings: StreamSettings) -> None:
+        self._log = event_log
+        self._sessionmaker = sessionmaker
+        self._settings = settings
+
+    async def _read(self, session_id: str, after: int) -> list[EventEnvelope]:
+        async with self._sessionmaker() as db:
+            return await EventRepository(db).after(session_id, after, _PAGE)
+
+    async def _session_state(self, session_id: str) -> tuple[str | None, str | None]:
+        async with self._sessionmaker() as db:
+            session = await SessionRepository(db).get(session_id)
+            return (session.status, session.current_run_id) if session else (None, None)
+
+    async def stream(self, session_id: str, after: int, until_run: str | None = None) -> AsyncIterator[bytes]:
+        """SSE bytes of every event of ``session_id`` after ``after``.
+
+        Ends after the terminal event of ``until_run`` (execute: the run started or joined), or
+        else of the run live at subscription time; with no live run, once the log is read.
+        """
+        settings = self._settings
+        yield encode_retry(settings.retry_ms)
+        sub, live_run, snapshot = self._log.subscribe(session_id)
+        stop_run = until_run or live_run
+        last = after
+        try:
+            # 1. Replay: the log, merged with the live run's not-yet-written events.
+            pending = {item.envelope.seq: item for item in snapshot if item.envelope.seq > last}
+            while True:
+                page = await self._read(session_id, last)
+                for env in page:
+                    pending.pop(env.seq, None)
+                    if env.seq <= last:
+                        continue
+                    yield encode_envelope(env)
+                    last = env.seq
+                    if env.is_terminal and env.run_id == stop_run:
+                        return
+                if len(page) < _PAGE:
+                    break
+            for seq in sorted(pending):
+                if seq <= last:
+                    continue
+                item = pending[seq]
+                yield item.sse
+                last = seq
+                if item.envelope.is_terminal and item.envelope.run_id == stop_run:
+                    return
+
+            # 2. Live tail from this process's run.
+            if sub is not None:
+                while True:
+                    item = await sub.get(settings.heartbeat_seconds)
+                    if item is None:
+                        if sub.ended:
+                            # Overflowed (the client resumes with Last-Event-ID), or the run ended
+                            # and its terminal event was already sent from the replay.
+                            return
+                        yield encode_comment("heartbeat")
+                        continue
+                    if item.envelope.seq <= last:
+                        continue
+                    yield item.sse
+                    last = item.envelope.seq
+                    if item.envelope.is_terminal and item.envelope.run_id == stop_run:
+                        return
+
+            # 3. No run here: if another process runs the session, follow its log.
+            async for chunk in self._follow(session_id, last, stop_run):
+                yield chunk
+        finally:
+            if sub is not None:
+                self._log.unsubscribe(session_id, sub)
+
+    async def _follow(self, session_id: str, last: int, stop_run: str | None) -> AsyncIterator[bytes]:
+        settings = self._settings
+        last_beat = time.monotonic()
+        while True:
+            # Status first, events second: once the status is no longer ACTIVE, the read that
+            # follows holds every event the run wrote.
+            status, current_run = await self._session_state(session_id)
+            target = stop_run or current_run
+            while True:
+                page = await self._read(session_id, last)
+                for env in page:
+                    yield encode_envelope(env)
+                    last = env.seq
+                    if env.is_terminal and env.run_id == target:
+                        return
+                if len(page) < _PAGE:
+                    break
+            if status != SessionStatus.ACTIVE.value:
+                return
+            if time.monotonic() - last_beat >= settings.heartbeat_seconds:
+                yield encode_comment("heartbeat")
+                last_beat = time.monotonic()
+            # Polling is the cross-process fallback only; a run of this process is pushed live.
+            await asyncio.sleep(settings.poll_seconds)

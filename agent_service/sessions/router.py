@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi.responses import StreamingResponse
+
+from agent_service.auth import ApiKey
+from agent_service.deps import RunServiceDep
+from agent_service.errors import InvalidRequest
+from agent_service.runs.router import SSE_HEADERS
+from shared.protocol import MAX_ID_CHARS, ErrorBody, SessionStatusResponse
+from shared.sse import SSE_MEDIA_TYPE
+
+router = APIRouter(prefix="/api/v1/agent/sessions", tags=["sessions"])
+
+SessionId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
+_ERRORS = {
+    401: {"model": ErrorBody, "description": "missing or invalid X-API-Key"},
+    404: {"model": ErrorBody, "description": "unknown session"},
+}
+
+
+@router.get("/{session_id}", response_model=SessionStatusResponse, responses=_ERRORS)
+async def session_status(session_id: SessionId, _: ApiKey, service: RunServiceDep) -> SessionStatusResponse:
+    return await service.status(session_id)
+
+
+@router.get(
+    "/{session_id}/events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {SSE_MEDIA_TYPE: {}}}, **_ERRORS, 422: {"model": ErrorBody}},
+)
+async def session_events(
+    session_id: SessionId,
+    _: ApiKey,
+    service: RunServiceDep,
+    request: Request,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=20)] = None,
+    after: Annotated[int | None, Query(ge=0)] = None,
+) -> StreamingResponse:
+    """Every event after ``Last-Event-ID`` (or ``?after=``), then the live ones until the run ends."""
+    start = after
+    if last_event_id is not None and last_event_id.strip():
+        if not last_event_id.strip().isdigit():
+            raise InvalidRequest("Last-Event-ID must be a non-negative integer (an event's seq)")
+        start = max(start or 0, int(last_event_id.strip()))
+    await service.ensure_session(session_id)
+    streamer = request.app.state.streamer
+    return StreamingResponse(
+        streamer.stream(session_id, start or 0), media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS
+    )
+
+
+@router.post(
+    "/{session_id}/cancel",
+    response_model=SessionStatusResponse,
+    responses={**_ERRORS, 409: {"model": ErrorBody, "description": "nothing to cancel"}},
+)
+async def cancel_session(session_id: SessionId, _: ApiKey, service: RunServiceDep) -> SessionStatusResponse:
+    """Cancel the running or paused run; it ends with ERROR ``CANCELLED``."""
+    return await service.cancel(session_id)
