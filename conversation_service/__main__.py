@@ -1,0 +1,64 @@
+"""``python -m conversation_service`` [--host H --port P] | migrate | token --user U [--org O]."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from conversation_service.app import create_app
+    from conversation_service.settings import ConversationSettings
+    from shared.logging import configure_logging
+
+    settings = ConversationSettings()
+    configure_logging("conversation_service", settings.log_level)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, ws="websockets")
+
+
+def _migrate(args: argparse.Namespace) -> None:
+    from conversation_service.db import migrate
+    from conversation_service.settings import ConversationSettings
+
+    settings = ConversationSettings()
+    asyncio.run(migrate.upgrade_url(settings.conversation_database_url, args.revision))
+    print(f"conversation database migrated to {args.revision}", file=sys.stderr)
+
+
+def _token(args: argparse.Namespace) -> None:
+    from conversation_service.auth.tokens import issue_token
+    from conversation_service.settings import ConversationSettings
+
+    settings = ConversationSettings()
+    if settings.uses_dev_jwt_secret:
+        print("warning: AUTH_JWT_SECRET is not set; this token is signed with the public development secret",
+              file=sys.stderr)
+    ttl = args.ttl if args.ttl is not None else settings.dev_token_ttl_s
+    print(issue_token(settings.auth_jwt_secret.get_secret_value(), args.user, args.org, ttl_s=ttl))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m conversation_service", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    sub = parser.add_subparsers(dest="command")
+    m = sub.add_parser("migrate", help="upgrade the conversation database")
+    m.add_argument("revision", nargs="?", default="head")
+    t = sub.add_parser("token", help="print a development JWT for a user")
+    t.add_argument("--user", required=True)
+    t.add_argument("--org", default=None)
+    t.add_argument("--ttl", type=int, default=None, help="lifetime in seconds")
+    args = parser.parse_args(argv)
+    if args.command == "migrate":
+        _migrate(args)
+    elif args.command == "token":
+        _token(args)
+    else:
+        _serve(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Chat users: HS256 bearer tokens (``sub`` = user id, ``org`` = organisation id)."""

@@ -1,0 +1,1 @@
+"""Conversations: create, list, read; every access checks the owner."""

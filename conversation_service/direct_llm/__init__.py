@@ -1,0 +1,1 @@
+"""The direct path: the configured LLM provider answers the message itself."""

@@ -1,0 +1,133 @@
+"""``DirectLLMReplier``: stream the provider's reply to a user message as frames.
+
+``message.created`` (assistant message, status streaming), ``message.delta`` per chunk,
+``message.completed`` with the full text. The message row is written twice in all: created, then
+its final content once; the chunks live only in the frames (group-committed). An LLM failure ends
+in a ``message.error`` frame and the message marked ``error``: never silence.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from conversation_service.db.models import Conversation, Message, MessageRole, MessageStatus
+from conversation_service.db.repository import unit_of_work
+from conversation_service.messages.repository import MessageRepository
+from conversation_service.messages.schemas import MessageOut
+from conversation_service.metrics import ConversationMetrics
+from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.publisher import FramePublisher
+from shared.llm.base import LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
+from shared.logging import conversation_id_var
+
+log = logging.getLogger(__name__)
+
+USER_FACING_LLM_ERROR = "Sorry, the assistant could not answer right now. Please try again in a moment."
+
+
+class DirectLLMReplier:
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker,
+        provider: LLMProvider,
+        publisher: FramePublisher,
+        metrics: ConversationMetrics,
+        *,
+        history_messages: int,
+        system_prompt: str,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._provider = provider
+        self._publisher = publisher
+        self._metrics = metrics
+        self._history_messages = history_messages
+        self._system_prompt = system_prompt
+
+    async def build_prompt(self, conversation_id: str) -> list[LLMMessage]:
+        async with unit_of_work(self._sessionmaker) as session:
+            history = await MessageRepository(session).recent_complete(conversation_id, self._history_messages)
+        prompt = [LLMMessage(role="system", content=self._system_prompt)]
+        prompt.extend(LLMMessage(role=m.role, content=m.content) for m in history)  # type: ignore[arg-type]
+        return prompt
+
+    async def reply(
+        self,
+        conversation: Conversation,
+        user_message: Message,
+        *,
+        notice: tuple[str, str] | None = None,
+        agent_metadata: dict | None = None,
+    ) -> Message:
+        """Answer ``user_message``; ``notice`` = (code, text) is shown first (e.g. a fallback)."""
+        conversation_id = conversation.id
+        token = conversation_id_var.set(conversation_id)
+        try:
+            if notice is not None:
+                await self._publisher.emit(conversation_id, FrameType.NOTICE, {"code": notice[0], "text": notice[1]})
+            prompt = await self.build_prompt(conversation_id)
+            metadata = {"path": "direct_llm", "in_reply_to": user_message.id, **(agent_metadata or {})}
+            async with unit_of_work(self._sessionmaker) as session:
+                message = await MessageRepository(session).create(
+                    conversation_id=conversation_id,
+                    role=MessageRole.ASSISTANT.value,
+                    content="",
+                    status=MessageStatus.STREAMING.value,
+                    agent_metadata=metadata,
+                )
+            await self._publisher.emit(
+                conversation_id, FrameType.MESSAGE_CREATED, MessageOut.model_validate(message).model_dump(mode="json")
+            )
+            return await self._stream(conversation_id, message, prompt)
+        finally:
+            conversation_id_var.reset(token)
+
+    async def _stream(self, conversation_id: str, message: Message, prompt: list[LLMMessage]) -> Message:
+        parts: list[str] = []
+        started = time.perf_counter()
+        first = True
+        try:
+            async for event in self._provider.stream(prompt):
+                if isinstance(event, TextDelta) and event.text:
+                    if first:
+                        self._metrics.direct_first_chunk_seconds.observe(time.perf_counter() - started)
+                        first = False
+                    parts.append(event.text)
+                    await self._publisher.emit(
+                        conversation_id, FrameType.MESSAGE_DELTA, {"message_id": message.id, "text": event.text}
+                    )
+                elif isinstance(event, LLMDone):
+                    break
+        except Exception as exc:  # the provider or the network failed: the user must see it
+            code = "llm_unavailable" if isinstance(exc, LLMError) and exc.retryable else "llm_error"
+            if not isinstance(exc, LLMError):
+                log.exception("direct reply failed", extra={"message_id": message.id})
+            else:
+                log.warning("direct reply failed", extra={"message_id": message.id, "error_type": type(exc).__name__})
+            content = "".join(parts)
+            async with unit_of_work(self._sessionmaker) as session:
+                await MessageRepository(session).finish(message.id, content=content, status=MessageStatus.ERROR.value)
+            await self._publisher.emit(
+                conversation_id,
+                FrameType.MESSAGE_ERROR,
+                {"message_id": message.id, "code": code, "text": USER_FACING_LLM_ERROR, "content": content},
+                boundary=True,
+            )
+            self._metrics.direct_replies.labels(outcome="error").inc()
+            message.content, message.status = content, MessageStatus.ERROR.value
+            return message
+
+        content = "".join(parts)
+        async with unit_of_work(self._sessionmaker) as session:
+            await MessageRepository(session).finish(message.id, content=content, status=MessageStatus.COMPLETE.value)
+        await self._publisher.emit(
+            conversation_id,
+            FrameType.MESSAGE_COMPLETED,
+            {"message_id": message.id, "content": content, "status": MessageStatus.COMPLETE.value},
+            boundary=True,
+        )
+        self._metrics.direct_replies.labels(outcome="ok").inc()
+        message.content, message.status = content, MessageStatus.COMPLETE.value
+        return message

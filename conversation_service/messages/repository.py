@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select, update
+
+from conversation_service.db.models import Message, MessageStatus
+from conversation_service.db.repository import Repository
+
+
+class MessageRepository(Repository):
+    async def create(
+        self,
+        *,
+        conversation_id: str,
+        role: str,
+        content: str,
+        status: str = MessageStatus.COMPLETE.value,
+        client_message_id: str | None = None,
+        agent_session_id: str | None = None,
+        agent_metadata: dict[str, Any] | None = None,
+    ) -> Message:
+        message = Message(
+            conversation_id=conversation_id,
+            role=role,
+            content=content,
+            status=status,
+            client_message_id=client_message_id,
+            agent_session_id=agent_session_id,
+            agent_metadata=agent_metadata,
+        )
+        self.session.add(message)
+        await self.session.flush()
+        return message
+
+    async def get(self, message_id: str) -> Message | None:
+        return await self.session.get(Message, message_id)
+
+    async def get_by_client_id(self, conversation_id: str, client_message_id: str) -> Message | None:
+        result = await self.session.execute(
+            select(Message).where(
+                Message.conversation_id == conversation_id, Message.client_message_id == client_message_id
+            )
+        )
+        return result.scalar_one_or_none()
+
+    async def list(self, conversation_id: str, *, limit: int, offset: int) -> list[Message]:
+        """Oldest first."""
+        result = await self.session.execute(
+            select(Message)
+            .where(Message.conversation_id == conversation_id)
+            .order_by(Message.created_at, Message.id)
+            .limit(limit)
+            .offset(offset)
+        )
+        return list(result.scalars())
+
+    async def recent_complete(self, conversation_id: str, limit: int) -> list[Message]:
+        """The last ``limit`` finished messages, oldest first: the direct path's prompt history."""
+        result = await self.session.execute(
+            select(Message)
+            .where(Message.conversation_id == conversation_id, Message.status == MessageStatus.COMPLETE.value)
+            .order_by(Message.created_at.desc(), Message.id.desc())
+            .limit(limit)
+        )
+        return list(reversed(result.scalars().all()))
+
+    async def finish(self, message_id: str, *, content: str, status: str, agent_metadata: dict[str, Any] | None = None) -> None:
+        values: dict[str, Any] = {"content": content, "status": status}
+        if agent_metadata is not None:
+            values["agent_metadata"] = agent_metadata
+        await self.session.execute(update(Message).where(Message.id == message_id).values(**values))
+
+    async def set_agent_metadata(self, message_id: str, agent_metadata: dict[str, Any]) -> None:
+        await self.session.execute(update(Message).where(Message.id == message_id).values(agent_metadata=agent_metadata))

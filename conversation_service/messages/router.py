@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from conversation_service.deps import CurrentUser, OwnedConversation, SessionDep, StateDep
+from conversation_service.messages import service
+from conversation_service.messages.repository import MessageRepository
+from conversation_service.messages.schemas import MessageAccepted, MessageCreate, MessageList, MessageOut
+from shared.protocol import ErrorBody
+
+router = APIRouter(prefix="/conversations", tags=["messages"])
+
+_ERRORS = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}}
+
+
+@router.get("/{conversation_id}/messages", response_model=MessageList, responses=_ERRORS)
+async def list_messages(
+    conversation: OwnedConversation,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+) -> MessageList:
+    """Messages oldest first."""
+    items = await MessageRepository(session).list(conversation.id, limit=limit, offset=offset)
+    return MessageList(items=[MessageOut.model_validate(m) for m in items], limit=limit, offset=offset)
+
+
+@router.post(
+    "/{conversation_id}/messages",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=MessageAccepted,
+    responses={**_ERRORS, 413: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+)
+async def post_message(conversation_id: str, body: MessageCreate, state: StateDep, user: CurrentUser) -> MessageAccepted:
+    """Store the message and answer at once; the reply streams on the conversation's WebSocket.
+
+    A repeat of a ``client_message_id`` answers with the first result and creates nothing.
+    """
+    # The service owns its units of work: the message must be committed before the reply starts.
+    return await service.post_message(state, user, conversation_id, body.content, body.client_message_id)

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.protocol import MAX_CONTENT_CHARS, MAX_ID_CHARS
+
+
+class MessageCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # The outer cap of the contract; the configured, smaller limit answers 413.
+    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS)]
+    client_message_id: Annotated[str | None, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[\x21-\x7e]+$")] = None
+
+
+class MessageOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    conversation_id: str
+    role: str
+    content: str
+    status: str
+    client_message_id: str | None = None
+    created_at: datetime
+    agent_session_id: str | None = None
+    agent_metadata: dict[str, Any] | None = None
+
+
+class MessageList(BaseModel):
+    items: list[MessageOut]
+    limit: int
+    offset: int
+
+
+class RouteOut(BaseModel):
+    target: str
+    reason: str
+
+
+class MessageAccepted(BaseModel):
+    """202 body of ``POST /conversations/{id}/messages``; the reply streams on the WebSocket."""
+
+    message_id: str
+    conversation_id: str
+    route: RouteOut
+    # True when this answers a repeat of an earlier ``client_message_id``: nothing was created.
+    duplicate: bool = False

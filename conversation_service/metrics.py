@@ -1,0 +1,50 @@
+"""Prometheus metrics of the ConversationService, on a per-app registry (two apps in one test
+process must not share counters)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_FAST = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class ConversationMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.messages_posted = Counter(
+            "conversation_messages_posted_total", "User messages accepted, by route target", ["target"], registry=r
+        )
+        self.messages_deduplicated = Counter(
+            "conversation_messages_deduplicated_total", "Repeats of a client_message_id answered from the first",
+            registry=r,
+        )
+        self.direct_replies = Counter(
+            "conversation_direct_replies_total", "Direct LLM replies, by outcome", ["outcome"], registry=r
+        )
+        self.direct_first_chunk_seconds = Histogram(
+            "conversation_direct_first_chunk_seconds", "From reply start to the first streamed chunk",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5), registry=r,
+        )
+        self.frames_published = Counter(
+            "conversation_frames_published_total", "Frames put on live streams, by type", ["type"], registry=r
+        )
+        self.frame_emit_seconds = Histogram(
+            "conversation_frame_emit_seconds", "Seq allocation + enqueue + hub publish of one frame",
+            buckets=_FAST, registry=r,
+        )
+        self.frames_persisted = Counter("conversation_frames_persisted_total", "Frames committed", registry=r)
+        self.frames_lost = Counter(
+            "conversation_frames_lost_total", "Frames that could not be persisted (replay will miss them)", registry=r
+        )
+        self.frame_flush_seconds = Histogram(
+            "conversation_frame_flush_seconds", "Duration of one group commit", buckets=_FAST, registry=r
+        )
+        self.ws_connections = Gauge("conversation_ws_connections", "Open WebSocket connections", registry=r)
+        self.ws_rejected = Counter(
+            "conversation_ws_rejected_total", "WebSocket connections refused, by reason", ["reason"], registry=r
+        )
+        self.ws_slow_consumers = Counter(
+            "conversation_ws_slow_consumers_total", "Clients closed for falling behind", registry=r
+        )
+        self.ws_frames_sent = Counter("conversation_ws_frames_sent_total", "Frames sent to clients", registry=r)

@@ -1,0 +1,47 @@
+"""The WebSocket frame: ``{type, seq, conversation_id, data}``.
+
+``seq`` is per conversation and strictly increasing; a reconnecting client passes the last seq it
+saw as ``?after_seq=N``. Frame types are added, never renamed; clients ignore types they do not
+know. Control frames (``pong``, ``ack``, ``error``) answer one client only and carry no seq.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+class FrameType:
+    MESSAGE_CREATED = "message.created"
+    MESSAGE_DELTA = "message.delta"
+    MESSAGE_COMPLETED = "message.completed"
+    # The direct LLM failed mid-reply: the message is marked error and the user sees why.
+    MESSAGE_ERROR = "message.error"
+    AGENT_THINKING = "agent.thinking"
+    AGENT_TOOL_START = "agent.tool_start"
+    AGENT_TOOL_END = "agent.tool_end"
+    AGENT_ASK_USER = "agent.ask_user"
+    AGENT_COMPLETE = "agent.complete"
+    AGENT_ERROR = "agent.error"
+    NOTICE = "notice"
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    type: str
+    seq: int
+    conversation_id: str
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "seq": self.seq, "conversation_id": self.conversation_id, "data": self.data}
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> "Frame":
+        obj = orjson.loads(raw)
+        return cls(type=obj["type"], seq=int(obj["seq"]), conversation_id=obj["conversation_id"], data=obj["data"])

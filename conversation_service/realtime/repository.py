@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, insert, select, update
+
+from conversation_service.db.models import Conversation, ConversationFrame, utcnow
+from conversation_service.db.repository import Repository
+from conversation_service.realtime.frames import Frame
+
+
+class FrameRepository(Repository):
+    async def insert_many(self, frames: Sequence[Frame]) -> None:
+        if not frames:
+            return
+        now = utcnow()
+        await self.session.execute(
+            insert(ConversationFrame),
+            [
+                {"conversation_id": f.conversation_id, "seq": f.seq, "type": f.type, "data": f.data, "created_at": now}
+                for f in frames
+            ],
+        )
+        highest: dict[str, int] = {}
+        for f in frames:
+            highest[f.conversation_id] = max(highest.get(f.conversation_id, 0), f.seq)
+        for conversation_id, seq in highest.items():
+            # Monotonic even when two replicas' writers commit out of order.
+            await self.session.execute(
+                update(Conversation)
+                .where(Conversation.id == conversation_id, Conversation.last_seq < seq)
+                .values(last_seq=seq)
+            )
+
+    async def list_after(self, conversation_id: str, after_seq: int, *, limit: int) -> list[Frame]:
+        result = await self.session.execute(
+            select(ConversationFrame.type, ConversationFrame.seq, ConversationFrame.data)
+            .where(ConversationFrame.conversation_id == conversation_id, ConversationFrame.seq > after_seq)
+            .order_by(ConversationFrame.seq)
+            .limit(limit)
+        )
+        return [Frame(type=t, seq=s, conversation_id=conversation_id, data=d) for t, s, d in result.all()]
+
+    async def max_seq(self, conversation_id: str) -> int:
+        result = await self.session.execute(
+            select(func.max(ConversationFrame.seq)).where(ConversationFrame.conversation_id == conversation_id)
+        )
+        return int(result.scalar_one() or 0)

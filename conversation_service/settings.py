@@ -1,0 +1,86 @@
+"""ConversationService configuration, read from the environment (unprefixed names, as the spec
+and the issue name them). The defaults give the embedded topology: a SQLite file, in-process
+fan-out, the Agent Service on loopback.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cached_property
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.db import is_sqlite
+
+log = logging.getLogger(__name__)
+
+# Only good for a laptop: a JWT signed with a public secret proves nothing.
+DEV_JWT_SECRET = "dev-insecure-jwt-secret-change-me-0000000000"
+
+
+class ConversationSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", case_sensitive=False)
+
+    conversation_database_url: str = "sqlite+aiosqlite:///var/conversation_service.db"
+    database_pool_size: int = Field(default=10, ge=1, le=200)
+    # Unset means true on SQLite (the embedded default needs no separate step) and false on
+    # PostgreSQL, where several replicas must not race to migrate: run `... migrate` once instead.
+    migrate_on_start: bool | None = None
+
+    agent_service_url: str = "http://127.0.0.1:8001"
+    agent_service_api_key: SecretStr = SecretStr("")
+    # The spec's rollback switch: false sends every message to the direct LLM.
+    agent_routing_enabled: bool = True
+
+    auth_jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
+    auth_jwt_leeway_s: float = Field(default=10.0, ge=0, le=300)
+    dev_token_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
+
+    # Unset: frames fan out in-process only (one replica). Set: Redis pub/sub across replicas.
+    redis_url: str | None = None
+    redis_channel_prefix: str = "taskforce:conversation"
+
+    # Comma-separated; browsers always send Origin, so a WebSocket from any other page is refused.
+    # The page this service serves itself (same origin as the Host header) is always allowed.
+    ws_allowed_origins: str = "http://127.0.0.1:8000,http://localhost:8000"
+    ws_auth_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # Frames a client may fall behind by before it is closed as a slow consumer.
+    ws_client_queue_size: int = Field(default=512, ge=1, le=100_000)
+    ws_max_frame_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    # How long a replay waits for frames that were allocated but not yet persisted (another
+    # replica's writer, or ours between two group commits).
+    ws_replay_wait_s: float = Field(default=2.0, gt=0, le=30)
+
+    max_message_chars: int = Field(default=32_000, ge=1, le=200_000)
+    max_request_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)
+    max_title_chars: int = Field(default=200, ge=1, le=200)
+
+    # Group commit of frames: at most this long between a frame and its row.
+    frame_flush_interval_s: float = Field(default=0.05, gt=0, le=5)
+    frame_flush_max_batch: int = Field(default=500, ge=1, le=10_000)
+    frame_writer_queue_size: int = Field(default=20_000, ge=100)
+
+    # Direct LLM path: how many recent messages make up the prompt, and its system prompt.
+    direct_history_messages: int = Field(default=20, ge=1, le=1000)
+    direct_system_prompt: str = "You are a helpful assistant in a chat product. Answer concisely."
+
+    log_level: str = "INFO"
+
+    @cached_property
+    def allowed_origins(self) -> frozenset[str]:
+        return frozenset(o.strip().rstrip("/") for o in self.ws_allowed_origins.split(",") if o.strip())
+
+    @property
+    def should_migrate_on_start(self) -> bool:
+        if self.migrate_on_start is not None:
+            return self.migrate_on_start
+        return is_sqlite(self.conversation_database_url)
+
+    @property
+    def uses_dev_jwt_secret(self) -> bool:
+        return self.auth_jwt_secret.get_secret_value() == DEV_JWT_SECRET
+
+    def warn_about_defaults(self) -> None:
+        if self.uses_dev_jwt_secret:
+            log.warning("AUTH_JWT_SECRET is not set: using the public development secret; set it for any real use")

@@ -1,0 +1,49 @@
+"""Background work owned by the app: reply tasks started by a POST that answered 202 already.
+
+Tasks are tracked so shutdown can cancel and await them, and their failures are logged instead of
+vanishing with an unretrieved exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class TaskSupervisor:
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task] = set()
+        self._closed = False
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("the service is shutting down")
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception(), extra={"task": task.get_name()})
+
+    @property
+    def running(self) -> int:
+        return len(self._tasks)
+
+    async def join(self) -> None:
+        """Wait for the tasks running now (tests and graceful shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*tuple(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in tuple(self._tasks):
+            task.cancel()
+        await asyncio.gather(*tuple(self._tasks), return_exceptions=True)
