@@ -126,6 +126,7 @@ class AgentServiceClient:
                 headers={
                     IDEMPOTENCY_KEY_HEADER: key,
                     "Accept": SSE_MEDIA_TYPE,
+                    "Accept-Encoding": "identity",
                     "Content-Type": "application/json",
                 },
                 content=body,
@@ -168,7 +169,7 @@ class AgentServiceClient:
     # -- internals used by AgentEventStream ----------------------------------------------------
 
     def _events_request(self, session_id: str, last_seq: int | None) -> httpx.Request:
-        headers = {"Accept": SSE_MEDIA_TYPE}
+        headers = {"Accept": SSE_MEDIA_TYPE, "Accept-Encoding": "identity"}
         if last_seq is not None:
             headers[LAST_EVENT_ID_HEADER] = str(last_seq)
         return self._build("GET", f"{API_PREFIX}/sessions/{quote(session_id, safe='')}/events", headers=headers)

@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Re-chunking bounds how far the size check of a partly read event can lag behind.
-_READ_CHUNK_BYTES = 64 * 1024
 _KNOWN_EVENT_TYPES = frozenset(t.value for t in EventType)
 
 
@@ -49,7 +47,9 @@ class _SSEConnection:
 
     def __init__(self, response: httpx.Response, max_event_bytes: int) -> None:
         self.response = response
-        self._chunks = response.aiter_bytes(_READ_CHUNK_BYTES)
+        # Chunks as they arrive (no re-chunking, which would hold events back until a chunk fills);
+        # streams are requested without compression, so a chunk is at most one network read.
+        self._chunks = response.aiter_bytes()
         self._decoder = SSEDecoder()
         self._pending: list[ServerSentEvent] = []
         self._max_event_bytes = max_event_bytes
