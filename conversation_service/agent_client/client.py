@@ -143,21 +143,28 @@ class AgentServiceClient:
             not isinstance(last_event_id, int) or isinstance(last_event_id, bool) or last_event_id < 0
         ):
             raise ValueError("last_event_id must be an int >= 0")
-        return AgentEventStream(self, operation="stream_events", session_id=session_id, last_seq=last_event_id)
+        return AgentEventStream(
+            self, operation="stream_events", session_id=session_id, last_seq=last_event_id, end_on_terminal=False
+        )
 
     async def get_session_status(self, session_id: str) -> SessionStatusResponse:
         path = f"{API_PREFIX}/sessions/{quote(_check_token('session_id', session_id), safe='')}"
-        body = await self._call_json("get_session_status", "GET", path)
+        return self._session_status(await self._call_json("get_session_status", "GET", path))
+
+    @staticmethod
+    def _session_status(body: Any) -> SessionStatusResponse:
         try:
             return SessionStatusResponse.model_validate(body)
         except pydantic.ValidationError as exc:
             raise AgentProtocolError("invalid session status from the Agent Service") from exc
 
-    async def cancel(self, session_id: str) -> dict[str, Any]:
-        """Asks the service to cancel the session's run; returns the service's JSON answer."""
+    async def cancel(self, session_id: str) -> SessionStatusResponse:
+        """Cancels the session's running or paused run (it ends with ERROR ``CANCELLED``).
+
+        Raises :class:`AgentConflictError` when there is nothing to cancel.
+        """
         path = f"{API_PREFIX}/sessions/{quote(_check_token('session_id', session_id), safe='')}/cancel"
-        body = await self._call_json("cancel", "POST", path)
-        return body if isinstance(body, dict) else {}
+        return self._session_status(await self._call_json("cancel", "POST", path))
 
     async def health(self) -> dict[str, Any]:
         """``GET /health``, tried once: a health check reports the state now, it does not wait it out."""

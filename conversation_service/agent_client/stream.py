@@ -90,7 +90,11 @@ class _SSEConnection:
 
 
 class AgentEventStream:
-    """Async iterator of :class:`EventEnvelope`; a terminal event (COMPLETE, ERROR, ASK_USER) ends it.
+    """Async iterator of :class:`EventEnvelope`.
+
+    An execute's stream ends with its run's terminal event (COMPLETE, ERROR or ASK_USER); a
+    ``stream_events`` stream, which may span several runs of the session, ends when the service
+    closes it and the session has nothing more (not running, every event read).
 
     Use it as ``async with stream: async for event in stream``; entering opens the stream and waits
     for its first event, so ``session_id`` is known right after. Iterating without ``async with``
@@ -109,6 +113,7 @@ class AgentEventStream:
         session_id: str | None = None,
         last_seq: int | None = None,
         idempotency_key: str | None = None,
+        end_on_terminal: bool = True,
     ) -> None:
         self._client = client
         self._config = client.config
@@ -118,6 +123,9 @@ class AgentEventStream:
         self.run_id: str | None = None
         self.last_seq = last_seq
         self.idempotency_key = idempotency_key
+        # An execute streams one run, so its terminal event ends the stream. A session's event log
+        # can hold several runs; that stream ends when the service closes it with nothing left.
+        self._end_on_terminal = end_on_terminal
         self.retries = 0
         self.reconnects = 0
         self.duplicates_dropped = 0
@@ -234,7 +242,8 @@ class AgentEventStream:
             raise
         if envelope.is_terminal:
             self.terminal_event = envelope
-            await self.aclose()
+            if self._end_on_terminal:
+                await self.aclose()
         return envelope
 
     async def _next_envelope(self) -> EventEnvelope | None:

@@ -242,10 +242,13 @@ async def test_an_oversized_json_answer_is_refused(recording_sleep: RecordingSle
 @respx.mock
 async def test_cancel(client: AgentServiceClient) -> None:
     route = respx.post(f"{STATUS_URL}/cancel").mock(
-        side_effect=[status(503), httpx.Response(200, json={"session_id": SESSION_ID, "status": "CANCELLED"})]
+        side_effect=[status(503), httpx.Response(200, json=status_body(4, "CANCELLED")), status(409)]
     )
-    assert (await client.cancel(SESSION_ID))["status"] == "CANCELLED"
+    assert (await client.cancel(SESSION_ID)).status is SessionStatus.CANCELLED
     assert route.call_count == 2
+    with pytest.raises(AgentConflictError):
+        await client.cancel(SESSION_ID)
+    assert route.call_count == 3
 
 
 @respx.mock

@@ -160,8 +160,19 @@ async def test_stream_events_with_nothing_left_is_empty(client: AgentServiceClie
 
 
 @respx.mock
+async def test_stream_events_reads_past_the_terminal_events_of_earlier_runs(client: AgentServiceClient) -> None:
+    log = sse_events(1, 2, terminal=EventType.COMPLETE) + sse_events(3, 5, terminal=EventType.ASK_USER)
+    respx.get(EVENTS_URL).mock(return_value=sse(log))
+    respx.get(STATUS_URL).mock(return_value=status_json(5, "AWAITING_USER"))
+    stream = client.stream_events(SESSION_ID)
+    assert await collect(stream) == [1, 2, 3, 4, 5]
+    assert stream.terminal_event is not None and stream.terminal_event.seq == 5
+
+
+@respx.mock
 async def test_stream_events_drops_what_the_consumer_already_has(client: AgentServiceClient) -> None:
     respx.get(EVENTS_URL).mock(return_value=sse(sse_events(1, 6, terminal=EventType.COMPLETE)))
+    respx.get(STATUS_URL).mock(return_value=status_json(6, "COMPLETED"))
     stream = client.stream_events(SESSION_ID, last_event_id=4)
     assert await collect(stream) == [5, 6]
     assert stream.duplicates_dropped == 4
