@@ -1,0 +1,40 @@
+"""The routing decision: where a message goes, why, and what the user should be told."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+# Spec Risk 2: the words users see when the agent path is down and chat falls back.
+FALLBACK_NOTICE = "Advanced features temporarily unavailable, using standard chat"
+DISABLED_NOTICE = "Agent features are not enabled here, using standard chat"
+
+
+class RouteTarget(StrEnum):
+    AGENT = "AGENT"
+    DIRECT = "DIRECT"
+
+
+class RouteReason(StrEnum):
+    EXPLICIT_COMMAND = "explicit_command"  # /agent or @agent
+    INTENT_KEYWORD = "intent_keyword"  # a configured keyword such as "search"
+    ACTIVE_SESSION = "active_session"  # the conversation already talks to the agent
+    ROUTING_DISABLED = "routing_disabled"  # AGENT_ROUTING_ENABLED=false
+    ORG_DISABLED = "org_disabled"
+    USER_DISABLED = "user_disabled"
+    AGENT_UNAVAILABLE = "agent_unavailable"  # the agent was wanted but the breaker says no
+    DEFAULT = "default"  # nothing asked for the agent
+
+
+class RouteDecision(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    target: RouteTarget
+    reason: RouteReason
+    # The text to send on: the user's message with a leading /agent or @agent removed.
+    message: str
+    # Shown to the user as a ``notice`` frame when set (fallback or agent not enabled).
+    notice: str | None = None
+    # Whether the user asked for the agent explicitly, whatever the outcome.
+    explicit: bool = False
