@@ -1,0 +1,52 @@
+"""``ask_user``: the model asks the user a question and waits for the answer.
+
+This tool is never executed like the others. The run engine intercepts a call to
+``ASK_USER_TOOL_NAME`` before dispatch: it persists the run's state, marks the session
+``AWAITING_USER``, emits an ``ASK_USER`` event (``question_id``, ``question``, ``expires_at``) and
+ends the stream. When an execute request carries the ``answer``, the engine appends it to the
+transcript as this call's tool result and the run resumes. Only the spec below is shared with the
+model; ``run`` exists to turn a missing interception into an error the model can read instead
+of a silent success.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_service.tools.base import Tool, ToolContext, ToolError
+
+ASK_USER_TOOL_NAME = "ask_user"
+MAX_QUESTION_CHARS = 1000
+
+
+def validate_question(args: dict[str, Any]) -> str:
+    """The question of an ``ask_user`` call, checked; for the run engine before it pauses."""
+    question = args.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise ToolError("'question' (a non-empty string) is required")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise ToolError(f"the question is too long (at most {MAX_QUESTION_CHARS} characters)")
+    return question.strip()
+
+
+class AskUserTool(Tool):
+    name = ASK_USER_TOOL_NAME
+    description = (
+        "Ask the user a question when you need information only they have (for example a destination "
+        "or a date). The run pauses until they answer; their answer comes back as this tool's result."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "question": {
+                "type": "string",
+                "description": "One clear question for the user",
+                "maxLength": MAX_QUESTION_CHARS,
+            }
+        },
+        "required": ["question"],
+        "additionalProperties": False,
+    }
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        raise ToolError("ask_user is answered by the user, not executed; the run engine must pause for it")

@@ -1,0 +1,76 @@
+"""``knowledge_search``: ranked full-text search over the knowledge base.
+
+The documents are loaded from folders by ``knowledge.indexer`` (the project's own docs by default);
+this tool only queries them through ``knowledge.repository``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from agent_service.tools.base import Tool, ToolContext, ToolError
+from agent_service.tools.knowledge.indexer import IndexReport, KnowledgeIndexer, knowledge_sources
+from agent_service.tools.knowledge.repository import KnowledgeRepository, query_terms
+
+MAX_QUERY_CHARS = 500
+MAX_TOP_K = 10
+MAX_SNIPPET_CHARS = 400
+
+
+class KnowledgeSearchTool(Tool):
+    name = "knowledge_search"
+    description = (
+        "Search the knowledge base (the product's documentation) and return the most relevant documents "
+        "with a title, path, snippet and score. Use it for questions about how the product works."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What to look for", "maxLength": MAX_QUERY_CHARS},
+            "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K, "description": "How many results"},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker,
+        sources: Path | str | Sequence[Path | str] | None = None,
+        top_k: int = 5,
+    ) -> None:
+        if not 1 <= top_k <= MAX_TOP_K:
+            raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}")
+        self.sessionmaker = sessionmaker
+        self.top_k = top_k
+        self.indexer = KnowledgeIndexer(sessionmaker, knowledge_sources(sources))
+
+    async def reindex(self) -> IndexReport:
+        """(Re)load the sources into the database; called once at service start-up."""
+        return await self.indexer.reindex()
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise ToolError("'query' (a non-empty string) is required")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ToolError(f"the query is too long (at most {MAX_QUERY_CHARS} characters)")
+        top_k = args.get("top_k", self.top_k)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
+            raise ToolError(f"'top_k' must be an integer between 1 and {MAX_TOP_K}")
+        terms = query_terms(query)
+        if not terms:
+            raise ToolError("the query must contain at least one word")
+        async with self.sessionmaker() as session:
+            hits = await KnowledgeRepository(session).search(terms, top_k)
+        return {
+            "query": query,
+            "results": [
+                {"title": h.title, "path": h.path, "snippet": h.snippet[:MAX_SNIPPET_CHARS], "score": h.score}
+                for h in hits
+            ],
+        }

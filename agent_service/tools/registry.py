@@ -1,0 +1,67 @@
+"""The tools an agent can use, by name; a profile picks the subset its model is offered."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from agent_service.tools.ask_user import AskUserTool
+from agent_service.tools.base import Tool, ToolError
+from agent_service.tools.calculator import CalculatorTool
+from agent_service.tools.current_time import CurrentTimeTool
+from agent_service.tools.knowledge_search import KnowledgeSearchTool
+from shared.llm.base import ToolSpec
+
+
+class UnknownToolError(ToolError, LookupError):
+    """A name no tool has: from a profile (configuration error) or from the model (it is told)."""
+
+    def __init__(self, name: str, known: Iterable[str]) -> None:
+        super().__init__(f"unknown tool {name!r}; available tools: {', '.join(sorted(known)) or 'none'}")
+        self.name = name
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"two tools are named {tool.name!r}")
+            self._tools[tool.name] = tool
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def get(self, name: str) -> Tool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise UnknownToolError(name, self._tools) from None
+
+    def specs(self, names: Sequence[str] | None = None) -> list[ToolSpec]:
+        """Specs of ``names`` in that order (all tools when None); an unknown name raises."""
+        return [self.get(name).spec() for name in (self.names() if names is None else names)]
+
+
+def build_registry(
+    sessionmaker: async_sessionmaker, knowledge_dir: Path | str | Sequence[Path | str] | None = None
+) -> ToolRegistry:
+    """Every built-in tool. ``knowledge_dir`` (a folder, several paths, or None for the project's
+    docs and README) is what ``knowledge_search``'s indexer loads: at start-up call
+    ``await registry.get("knowledge_search").reindex()``."""
+    return ToolRegistry(
+        [
+            CalculatorTool(),
+            KnowledgeSearchTool(sessionmaker, knowledge_dir),
+            CurrentTimeTool(),
+            AskUserTool(),
+        ]
+    )
