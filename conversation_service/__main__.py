@@ -16,7 +16,7 @@ def _serve(args: argparse.Namespace) -> None:
 
     settings = ConversationSettings()
     configure_logging("conversation_service", settings.log_level)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, ws="websockets")
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, ws="websockets-sansio")
 
 
 def _migrate(args: argparse.Namespace) -> None:

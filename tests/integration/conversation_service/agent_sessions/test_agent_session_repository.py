@@ -53,9 +53,9 @@ async def _conversation(sessionmaker: async_sessionmaker, owner: str = "u1") -> 
 async def _count(sessionmaker: async_sessionmaker, conversation_id: str) -> int:
     async with sessionmaker() as session:
         return await session.scalar(
-            select(func.count()).select_from(ConversationAgentSession).where(
-                ConversationAgentSession.conversation_id == conversation_id
-            )
+            select(func.count())
+            .select_from(ConversationAgentSession)
+            .where(ConversationAgentSession.conversation_id == conversation_id)
         )
 
 
@@ -232,7 +232,9 @@ async def test_fifty_concurrent_get_or_create_share_one_session(sessionmaker) ->
     start.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
 
-    unexpected = [r for r in results if isinstance(r, BaseException) and not isinstance(r, AgentSessionConflict)]
+    unexpected = [
+        r for r in results if isinstance(r, BaseException) and not isinstance(r, AgentSessionConflict)
+    ]
     assert not unexpected, unexpected
     joined = [r for r in results if isinstance(r, tuple)]
     assert sum(1 for _, created in joined if created) == 1
