@@ -41,8 +41,6 @@ def _constraint_of(exc: IntegrityError) -> str:
 
 
 class AgentSessionRepository(Repository):
-    _returning = {"populate_existing": True}
-
     async def create(
         self,
         conversation_id: str,
@@ -84,11 +82,15 @@ class AgentSessionRepository(Repository):
         return row
 
     async def get_by_id(self, row_id: str) -> ConversationAgentSession | None:
-        return await self.session.scalar(select(ConversationAgentSession).where(ConversationAgentSession.id == row_id))
+        return await self.session.scalar(
+            select(ConversationAgentSession).where(ConversationAgentSession.id == row_id)
+        )
 
     async def get_by_agent_session_id(self, agent_session_id: str) -> ConversationAgentSession | None:
         return await self.session.scalar(
-            select(ConversationAgentSession).where(ConversationAgentSession.agent_session_id == agent_session_id)
+            select(ConversationAgentSession).where(
+                ConversationAgentSession.agent_session_id == agent_session_id
+            )
         )
 
     async def get_open_for_conversation(self, conversation_id: str) -> ConversationAgentSession | None:
@@ -134,7 +136,7 @@ class AgentSessionRepository(Repository):
                     .where(*conditions)
                     .values(**values)
                     .returning(ConversationAgentSession)
-                    .execution_options(**self._returning)
+                    .execution_options(populate_existing=True)
                 )
         except IntegrityError as exc:
             # Reopening a finished session while another one is open breaks the partial index.
@@ -142,7 +144,9 @@ class AgentSessionRepository(Repository):
                 raise AgentSessionConflict("the conversation already has an open agent session") from None
             raise
 
-    async def set_agent_session_id(self, row_id: str, agent_session_id: str) -> ConversationAgentSession | None:
+    async def set_agent_session_id(
+        self, row_id: str, agent_session_id: str
+    ) -> ConversationAgentSession | None:
         """Record the Agent Service's session id once it is known. It never changes afterwards:
         None when the row holds another id already (or is missing)."""
         try:
@@ -156,7 +160,7 @@ class AgentSessionRepository(Repository):
                     )
                     .values(agent_session_id=agent_session_id, last_interaction_at=utcnow())
                     .returning(ConversationAgentSession)
-                    .execution_options(**self._returning)
+                    .execution_options(populate_existing=True)
                 )
         except IntegrityError as exc:
             if _constraint_of(exc) == "agent_session_id":
@@ -169,7 +173,7 @@ class AgentSessionRepository(Repository):
             .where(ConversationAgentSession.id == row_id)
             .values(last_interaction_at=now or utcnow())
             .returning(ConversationAgentSession)
-            .execution_options(**self._returning)
+            .execution_options(populate_existing=True)
         )
 
     async def advance_event_seq(self, row_id: str, seq: int) -> bool:
@@ -182,13 +186,15 @@ class AgentSessionRepository(Repository):
         )
         return result.rowcount == 1
 
-    async def set_pending_question(self, row_id: str, question_id: str | None) -> ConversationAgentSession | None:
+    async def set_pending_question(
+        self, row_id: str, question_id: str | None
+    ) -> ConversationAgentSession | None:
         return await self.session.scalar(
             update(ConversationAgentSession)
             .where(ConversationAgentSession.id == row_id)
             .values(pending_question_id=question_id, last_interaction_at=utcnow())
             .returning(ConversationAgentSession)
-            .execution_options(**self._returning)
+            .execution_options(populate_existing=True)
         )
 
     async def list_stale(

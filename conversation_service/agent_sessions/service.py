@@ -74,7 +74,9 @@ class AgentSessionService:
         self, row_id: str, target: AgentSessionStatus, *, now: datetime | None = None
     ) -> ConversationAgentSession:
         """Move the session to ``target``; a repeat of the current status only touches it."""
-        updated = await self.repository.update_status(row_id, target, expected=allowed_sources(target), now=now)
+        updated = await self.repository.update_status(
+            row_id, target, expected=allowed_sources(target), now=now
+        )
         if updated is not None:
             return updated
         current = await self.require(row_id)
@@ -103,7 +105,10 @@ class AgentSessionService:
         for row in await self.repository.list_stale(before, limit):
             # Conditional on what was seen: a session that moved on or was used meanwhile stays.
             changed = await self.repository.update_status(
-                row.id, AgentSessionStatus.ABANDONED, expected=[AgentSessionStatus(row.status)], idle_before=before
+                row.id,
+                AgentSessionStatus.ABANDONED,
+                expected=[AgentSessionStatus(row.status)],
+                idle_before=before,
             )
             if changed is not None:
                 abandoned.append(changed)

@@ -15,16 +15,15 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from shared.llm.base import LLMProvider
-from shared.protocol import ChatMessage, Role, UserContext, utcnow
-
 from conversation_service.history.context import map_role, user_context_from
 from conversation_service.history.schemas import HistoryRecord, HistoryResult, HistoryStats
 from conversation_service.history.settings import HistorySettings, HistoryStrategyName
 from conversation_service.history.strategies import Window, clip_content, fit_newest
-from conversation_service.history.summarizer import SummaryError, Summarizer, plan_chunks
+from conversation_service.history.summarizer import Summarizer, SummaryError, plan_chunks
 from conversation_service.history.summary_cache import CachedSummary, InMemorySummaryCache, SummaryCache
 from conversation_service.history.tokens import HistoryItem, TokenCounter
+from shared.llm.base import LLMProvider
+from shared.protocol import ChatMessage, Role, UserContext, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +119,9 @@ class HistoryExtractor:
 
     # --- summary compression ----------------------------------------------------------------
 
-    async def _with_summary(self, conversation_id: str, items: list[HistoryItem], skipped: int) -> HistoryResult:
+    async def _with_summary(
+        self, conversation_id: str, items: list[HistoryItem], skipped: int
+    ) -> HistoryResult:
         s = self.settings
         budget = s.token_budget
         if s.summary_max_tokens >= budget:
@@ -151,11 +152,17 @@ class HistoryExtractor:
             tail = items[covered + 1 :]
             if 0 < len(tail) <= s.summary_window + s.summary_refresh_step:
                 summary_cost = await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + cached.summary)
-                window = await fit_newest(tail, self._counter, budget - summary_cost, len(tail), truncate_newest=False)
+                window = await fit_newest(
+                    tail, self._counter, budget - summary_cost, len(tail), truncate_newest=False
+                )
                 if len(window.items) == len(tail):
                     return self._result(
-                        HistoryStrategyName.SUMMARY, items, window, skipped,
-                        summary=cached.summary, summary_tokens=summary_cost,
+                        HistoryStrategyName.SUMMARY,
+                        items,
+                        window,
+                        skipped,
+                        summary=cached.summary,
+                        summary_tokens=summary_cost,
                         summarized=min(cached.covered_message_count, covered + 1),
                     )
 
@@ -171,8 +178,14 @@ class HistoryExtractor:
         pending = older
         if cached is not None and covered is not None and covered < len(older):
             if covered == len(older) - 1:
-                return await self._finish_with(items, window, skipped, cached.summary,
-                                               min(cached.covered_message_count, len(older)), refreshed=False)
+                return await self._finish_with(
+                    items,
+                    window,
+                    skipped,
+                    cached.summary,
+                    min(cached.covered_message_count, len(older)),
+                    refreshed=False,
+                )
             previous, previous_count = cached.summary, cached.covered_message_count
             pending = older[covered + 1 :]
 
@@ -192,7 +205,11 @@ class HistoryExtractor:
         except SummaryError as exc:
             logger.warning(
                 "history summary skipped",
-                extra={"conversation_id": conversation_id, "reason": str(exc), "pending_messages": len(pending)},
+                extra={
+                    "conversation_id": conversation_id,
+                    "reason": str(exc),
+                    "pending_messages": len(pending),
+                },
             )
             return self._result(HistoryStrategyName.SUMMARY, items, window, skipped, summary_error=str(exc))
         assert summary is not None
@@ -211,12 +228,25 @@ class HistoryExtractor:
         return await self._finish_with(items, window, skipped, summary, covered_count, refreshed=True)
 
     async def _finish_with(
-        self, items: list[HistoryItem], window: Window, skipped: int, summary: str, summarized: int, *, refreshed: bool
+        self,
+        items: list[HistoryItem],
+        window: Window,
+        skipped: int,
+        summary: str,
+        summarized: int,
+        *,
+        refreshed: bool,
     ) -> HistoryResult:
         summary_tokens = await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + summary)
         return self._result(
-            HistoryStrategyName.SUMMARY, items, window, skipped,
-            summary=summary, summary_tokens=summary_tokens, summarized=summarized, refreshed=refreshed,
+            HistoryStrategyName.SUMMARY,
+            items,
+            window,
+            skipped,
+            summary=summary,
+            summary_tokens=summary_tokens,
+            summarized=summarized,
+            refreshed=refreshed,
         )
 
     # --- result ------------------------------------------------------------------------------

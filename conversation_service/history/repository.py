@@ -78,7 +78,9 @@ class DatabaseSummaryCache:
                 await SummaryRepository(session).upsert(entry)
         except IntegrityError:
             # The conversation was deleted meanwhile (foreign key): nothing left to cache for.
-            logger.info("summary not cached: conversation is gone", extra={"conversation_id": entry.conversation_id})
+            logger.info(
+                "summary not cached: conversation is gone", extra={"conversation_id": entry.conversation_id}
+            )
 
     async def delete(self, conversation_id: str) -> None:
         async with unit_of_work(self._sessionmaker) as session:

@@ -53,7 +53,7 @@ class HistorySettings(BaseSettings):
     token_cache_size: int = Field(50_000, ge=0, le=10_000_000)
 
     @model_validator(mode="after")
-    def _summary_fits_budget(self) -> "HistorySettings":
+    def _summary_fits_budget(self) -> HistorySettings:
         if self.strategy is HistoryStrategyName.SUMMARY and self.summary_max_tokens >= self.token_budget:
             raise ValueError("HISTORY_SUMMARY_MAX_TOKENS must be smaller than HISTORY_TOKEN_BUDGET")
         return self

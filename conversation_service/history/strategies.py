@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from conversation_service.history.tokens import HistoryItem, TokenCounter
 from shared.protocol import MAX_CONTENT_CHARS
 from shared.tokens import count_tokens, truncate_to_tokens
-
-from conversation_service.history.tokens import HistoryItem, TokenCounter
 
 # Messages counted per batch while walking back: large enough to amortise a worker-thread hop,
 # small enough that a budget met early does not tokenize the whole conversation.
@@ -38,7 +37,9 @@ def clip_content(item: HistoryItem) -> HistoryItem:
     return HistoryItem(item.id, item.role, item.content[: MAX_CONTENT_CHARS - len(marker)] + marker, True)
 
 
-async def truncate_item(item: HistoryItem, counter: TokenCounter, budget: int) -> tuple[HistoryItem, int] | None:
+async def truncate_item(
+    item: HistoryItem, counter: TokenCounter, budget: int
+) -> tuple[HistoryItem, int] | None:
     """``item`` cut to cost at most ``budget`` tokens, with a visible marker; None if even the
     marker does not fit."""
     total = count_tokens(item.content, counter.encoding)
@@ -64,7 +65,12 @@ async def truncate_item(item: HistoryItem, counter: TokenCounter, budget: int) -
 
 
 async def fit_newest(
-    items: Sequence[HistoryItem], counter: TokenCounter, budget: int, max_count: int, *, truncate_newest: bool = True
+    items: Sequence[HistoryItem],
+    counter: TokenCounter,
+    budget: int,
+    max_count: int,
+    *,
+    truncate_newest: bool = True,
 ) -> Window:
     """The longest tail of ``items`` (at most ``max_count`` messages) within ``budget`` tokens."""
     chosen: list[HistoryItem] = []

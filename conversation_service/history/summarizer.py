@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from conversation_service.history.tokens import HistoryItem
 from shared.llm.base import (
     SUMMARIZE_SYSTEM_PROMPT,
     CompletionOptions,
@@ -21,8 +22,6 @@ from shared.llm.base import (
 )
 from shared.protocol import Role
 from shared.tokens import truncate_to_tokens
-
-from conversation_service.history.tokens import HistoryItem
 
 _SPEAKER = {Role.USER: "User", Role.ASSISTANT: "Assistant", Role.SYSTEM: "System"}
 # A summary longer than this many characters is not a summary; stop reading the stream there.

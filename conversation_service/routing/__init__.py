@@ -4,4 +4,11 @@ from conversation_service.routing.router import MessageRouter
 from conversation_service.routing.schemas import FALLBACK_NOTICE, RouteDecision, RouteReason, RouteTarget
 from conversation_service.routing.settings import RoutingSettings
 
-__all__ = ["FALLBACK_NOTICE", "MessageRouter", "RouteDecision", "RouteReason", "RouteTarget", "RoutingSettings"]
+__all__ = [
+    "FALLBACK_NOTICE",
+    "MessageRouter",
+    "RouteDecision",
+    "RouteReason",
+    "RouteTarget",
+    "RoutingSettings",
+]

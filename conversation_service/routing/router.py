@@ -31,7 +31,9 @@ def _keyword_pattern(keywords: list[str]) -> re.Pattern[str] | None:
         return None
     # Longest first so "analyze file" wins over a shorter overlapping entry; whole words only
     # ("research" does not contain the keyword "search"); any run of spaces between words.
-    parts = [r"\s+".join(re.escape(word) for word in kw.split()) for kw in sorted(keywords, key=len, reverse=True)]
+    parts = [
+        r"\s+".join(re.escape(word) for word in kw.split()) for kw in sorted(keywords, key=len, reverse=True)
+    ]
     return re.compile(r"(?<!\w)(?:" + "|".join(parts) + r")(?!\w)", re.IGNORECASE)
 
 
@@ -80,7 +82,10 @@ class MessageRouter:
         return False, text
 
     def mentions_intent(self, text: str) -> bool:
-        return self._keywords is not None and self._keywords.search(text, 0, self.settings.scan_chars) is not None
+        return (
+            self._keywords is not None
+            and self._keywords.search(text, 0, self.settings.scan_chars) is not None
+        )
 
     def route(
         self,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
+from conversation_service.history import HistoryRecord
 from shared.llm.base import (
     SUMMARIZE_SYSTEM_PROMPT,
     CompletionOptions,
@@ -17,10 +18,22 @@ from shared.llm.base import (
     ToolSpec,
 )
 
-from conversation_service.history import HistoryRecord
-
-_WORDS = "alpha beta gamma delta report invoice budget meeting plan data file result total".split()
-_T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+_WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "report",
+    "invoice",
+    "budget",
+    "meeting",
+    "plan",
+    "data",
+    "file",
+    "result",
+    "total",
+]
+_T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def conversation(n: int, *, seed: int = 7, min_words: int = 3, max_words: int = 40) -> list[HistoryRecord]:
@@ -63,7 +76,11 @@ class ScriptedSummaryLLM:
         yield LLMDone(prompt_tokens=1, completion_tokens=1, finish_reason="stop")
 
     def stream(
-        self, messages: Sequence[LLMMessage], *, tools: Sequence[ToolSpec] = (), options: CompletionOptions = CompletionOptions()
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        options: CompletionOptions | None = None,
     ) -> AsyncIterator[LLMEvent]:
         return self._events(messages)
 

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-import warnings
-
-# bpe-openai 0.1.4 reads its vocabulary with a deprecated importlib API at import time; the suite
-# turns warnings into errors, so the first import happens here with that one warning silenced.
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="open_binary is deprecated", category=DeprecationWarning)
-    import bpe_openai  # noqa: F401
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from shared.protocol import ChatMessage, Role
-from shared.tokens import count_message_tokens, count_tokens
-
 from conversation_service.history import HistoryExtractor, HistoryRecord, HistorySettings, HistoryStrategyName
 from conversation_service.history.strategies import TRUNCATION_MARKER
+from shared.protocol import ChatMessage, Role
+from shared.tokens import count_message_tokens, count_tokens
 from tests.unit.conversation_service.history.history_fixtures import conversation
 
 SIZES = [0, 1, 10, 100, 1000]
@@ -94,10 +86,14 @@ async def test_strategy_can_be_chosen_per_call() -> None:
 
 
 @pytest.mark.parametrize("strategy", [HistoryStrategyName.LAST_N, HistoryStrategyName.TOKEN_BUDGET])
-async def test_newest_message_larger_than_the_budget_is_truncated_visibly(strategy: HistoryStrategyName) -> None:
+async def test_newest_message_larger_than_the_budget_is_truncated_visibly(
+    strategy: HistoryStrategyName,
+) -> None:
     huge = "word " * 20_000  # ~20k tokens
     records = conversation(5) + [HistoryRecord(id="big", role="assistant", content=huge)]
-    result = await HistoryExtractor(HistorySettings(strategy=strategy, token_budget=500)).extract("c1", records)
+    result = await HistoryExtractor(HistorySettings(strategy=strategy, token_budget=500)).extract(
+        "c1", records
+    )
 
     assert len(result.messages) == 1
     only = result.messages[0]
@@ -111,7 +107,11 @@ async def test_newest_message_larger_than_the_budget_is_truncated_visibly(strate
 
 
 async def test_an_older_oversized_message_ends_the_window_instead_of_being_cut() -> None:
-    records = conversation(3) + [HistoryRecord(id="big", role="user", content="word " * 10_000)] + conversation(4, seed=9)
+    records = (
+        conversation(3)
+        + [HistoryRecord(id="big", role="user", content="word " * 10_000)]
+        + conversation(4, seed=9)
+    )
     records = [HistoryRecord(id=f"r{i}", role=r.role, content=r.content) for i, r in enumerate(records)]
     result = await HistoryExtractor(HistorySettings(token_budget=1000)).extract("c1", records)
 
@@ -153,8 +153,15 @@ async def test_stats_flag_a_nearly_full_budget_and_feed_the_metrics() -> None:
     assert full.stats.near_limit and full.stats.fill_ratio >= 0.8
     assert not light.stats.near_limit and light.stats.fill_ratio < 0.8
     assert full.stats.as_dict()["fill_ratio"] == round(full.stats.tokens_used / 600, 4)
-    assert registry.get_sample_value("conversation_history_near_limit_total", {"strategy": "token_budget"}) == 1
-    assert registry.get_sample_value("conversation_history_budget_fill_ratio_count", {"strategy": "token_budget"}) == 2
+    assert (
+        registry.get_sample_value("conversation_history_near_limit_total", {"strategy": "token_budget"}) == 1
+    )
+    assert (
+        registry.get_sample_value(
+            "conversation_history_budget_fill_ratio_count", {"strategy": "token_budget"}
+        )
+        == 2
+    )
 
 
 async def test_counting_a_thousand_long_messages_does_not_block_the_event_loop() -> None:
@@ -212,8 +219,13 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.mark.parametrize(
-    "env", [{"HISTORY_MAX_MESSAGES": "0"}, {"HISTORY_TOKEN_BUDGET": "-1"}, {"HISTORY_STRATEGY": "everything"},
-            {"HISTORY_STRATEGY": "summary", "HISTORY_TOKEN_BUDGET": "500", "HISTORY_SUMMARY_MAX_TOKENS": "500"}]
+    "env",
+    [
+        {"HISTORY_MAX_MESSAGES": "0"},
+        {"HISTORY_TOKEN_BUDGET": "-1"},
+        {"HISTORY_STRATEGY": "everything"},
+        {"HISTORY_STRATEGY": "summary", "HISTORY_TOKEN_BUDGET": "500", "HISTORY_SUMMARY_MAX_TOKENS": "500"},
+    ],
 )
 def test_invalid_settings_are_refused(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
     for key, value in env.items():

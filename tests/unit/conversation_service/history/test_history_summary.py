@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-import warnings
-
-with warnings.catch_warnings():  # see test_history_extractor.py: bpe-openai's deprecated import
-    warnings.filterwarnings("ignore", message="open_binary is deprecated", category=DeprecationWarning)
-    import bpe_openai  # noqa: F401
-
 import pytest
-
-from shared.protocol import Role
 
 from conversation_service.history import (
     HistoryExtractor,
@@ -20,6 +12,7 @@ from conversation_service.history import (
     InMemorySummaryCache,
 )
 from conversation_service.history.extractor import SUMMARY_PREFIX
+from shared.protocol import Role
 from tests.unit.conversation_service.history.history_fixtures import ScriptedSummaryLLM, conversation
 
 SUMMARY = HistoryStrategyName.SUMMARY
@@ -29,7 +22,9 @@ def _numbers(text: str) -> list[int]:
     return [int(token[1:]) for token in text.split() if token.startswith("#") and token[1:].isdigit()]
 
 
-def _extractor(llm: ScriptedSummaryLLM, cache: InMemorySummaryCache | None = None, **overrides) -> HistoryExtractor:
+def _extractor(
+    llm: ScriptedSummaryLLM, cache: InMemorySummaryCache | None = None, **overrides
+) -> HistoryExtractor:
     settings = HistorySettings(strategy=SUMMARY, summary_trigger=20, summary_window=10, **overrides)
     return HistoryExtractor(settings, llm=llm, summary_cache=cache or InMemorySummaryCache())
 
@@ -110,8 +105,16 @@ async def test_summaries_are_kept_per_conversation() -> None:
     assert len(llm.calls) == 2
     a, b = await cache.get("a"), await cache.get("b")
     assert a is not None and b is not None
-    assert (a.last_covered_message_id, a.covered_message_count, _numbers(a.summary)) == ("m00029", 30, list(range(30)))
-    assert (b.last_covered_message_id, b.covered_message_count, _numbers(b.summary)) == ("m00039", 40, list(range(40)))
+    assert (a.last_covered_message_id, a.covered_message_count, _numbers(a.summary)) == (
+        "m00029",
+        30,
+        list(range(30)),
+    )
+    assert (b.last_covered_message_id, b.covered_message_count, _numbers(b.summary)) == (
+        "m00039",
+        40,
+        list(range(40)),
+    )
 
 
 async def test_refresh_step_keeps_new_messages_verbatim_until_it_is_exceeded() -> None:
@@ -170,7 +173,10 @@ async def test_history_rewritten_under_the_cache_is_summarised_from_scratch() ->
     llm = ScriptedSummaryLLM()
     extractor = _extractor(llm)
     await extractor.extract("c1", conversation(40, seed=1))
-    other = [HistoryRecord(id=f"x{i}", role=r.role, content=r.content) for i, r in enumerate(conversation(40, seed=3))]
+    other = [
+        HistoryRecord(id=f"x{i}", role=r.role, content=r.content)
+        for i, r in enumerate(conversation(40, seed=3))
+    ]
     await extractor.extract("c1", other)
     assert len(llm.calls) == 2
     assert llm.calls[1][1].content.startswith("Conversation:")

@@ -6,10 +6,6 @@ import warnings
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
-with warnings.catch_warnings():  # see test_history_extractor.py: bpe-openai's deprecated import
-    warnings.filterwarnings("ignore", message="open_binary is deprecated", category=DeprecationWarning)
-    import bpe_openai  # noqa: F401
-
 import pytest
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -107,8 +103,12 @@ async def test_database_cache_is_shared_and_ignores_deleted_conversations(db_ses
     await writer.put(_entry("00000000-0000-0000-0000-000000000000", "orphan", "m1", 1))
     assert await reader.get("00000000-0000-0000-0000-000000000000") is None
     later = CachedSummary(
-        conversation_id=cid, summary="newer", last_covered_message_id="m9", covered_message_count=10,
-        token_count=1, updated_at=entry.updated_at + timedelta(minutes=1),
+        conversation_id=cid,
+        summary="newer",
+        last_covered_message_id="m9",
+        covered_message_count=10,
+        token_count=1,
+        updated_at=entry.updated_at + timedelta(minutes=1),
     )
     await reader.put(later)
     assert await writer.get(cid) == later
@@ -121,8 +121,11 @@ async def test_replicas_share_summaries_written_by_the_builtin_model(db_sessionm
 
     (cid,) = await _conversations(db_sessionmaker, 1)
     records = [
-        HistoryRecord(id=f"m{i:03d}", role="user" if i % 2 == 0 else "assistant",
-                      content=f"My name is Ada. Note {i}: the budget for item {i} is {i * 10} euros.")
+        HistoryRecord(
+            id=f"m{i:03d}",
+            role="user" if i % 2 == 0 else "assistant",
+            content=f"My name is Ada. Note {i}: the budget for item {i} is {i * 10} euros.",
+        )
         for i in range(40)
     ]
     settings = HistorySettings(strategy="summary", summary_trigger=20, summary_window=10)

@@ -36,11 +36,17 @@ def _router(**overrides) -> MessageRouter:
 )
 def test_explicit_commands_go_to_the_agent_without_their_prefix(text: str, stripped: str) -> None:
     decision = _router().route(text, user_id="u1", org_id="o1")
-    assert (decision.target, decision.reason, decision.message) == (AGENT, RouteReason.EXPLICIT_COMMAND, stripped)
+    assert (decision.target, decision.reason, decision.message) == (
+        AGENT,
+        RouteReason.EXPLICIT_COMMAND,
+        stripped,
+    )
     assert decision.explicit and decision.notice is None
 
 
-@pytest.mark.parametrize("text", ["/agents are great", "@agentic workflows", "tell the /agent later", "email@agent.com"])
+@pytest.mark.parametrize(
+    "text", ["/agents are great", "@agentic workflows", "tell the /agent later", "email@agent.com"]
+)
 def test_lookalikes_are_not_commands(text: str) -> None:
     decision = _router(keywords=[]).route(text)
     assert (decision.target, decision.reason, decision.message, decision.explicit) == (
@@ -66,7 +72,9 @@ def test_intent_keywords_go_to_the_agent(text: str) -> None:
     assert (decision.target, decision.reason, decision.message) == (AGENT, RouteReason.INTENT_KEYWORD, text)
 
 
-@pytest.mark.parametrize("text", ["I did some research", "hello there", "what is a searchlight?", "running late"])
+@pytest.mark.parametrize(
+    "text", ["I did some research", "hello there", "what is a searchlight?", "running late"]
+)
 def test_plain_chat_goes_direct(text: str) -> None:
     decision = _router().route(text)
     assert (decision.target, decision.reason, decision.notice) == (DIRECT, RouteReason.DEFAULT, None)
@@ -87,7 +95,11 @@ def test_keywords_are_only_looked_for_near_the_start() -> None:
 
 def test_an_active_session_keeps_the_conversation_with_the_agent() -> None:
     decision = _router().route("yes, the second one", has_active_session=True)
-    assert (decision.target, decision.reason, decision.message) == (AGENT, RouteReason.ACTIVE_SESSION, "yes, the second one")
+    assert (decision.target, decision.reason, decision.message) == (
+        AGENT,
+        RouteReason.ACTIVE_SESSION,
+        "yes, the second one",
+    )
     # An explicit command says more than the session does.
     assert _router().route("@agent go on", has_active_session=True).reason is RouteReason.EXPLICIT_COMMAND
 
@@ -169,7 +181,9 @@ def test_every_decision_is_counted_and_logged_without_the_text(caplog: pytest.Lo
         router.route("hi", user_id="u1", org_id="o1")
 
     def count(target: str, reason: str) -> float | None:
-        return registry.get_sample_value("conversation_routing_decisions_total", {"target": target, "reason": reason})
+        return registry.get_sample_value(
+            "conversation_routing_decisions_total", {"target": target, "reason": reason}
+        )
 
     assert count("AGENT", "intent_keyword") == 1
     assert count("DIRECT", "agent_unavailable") == 1
@@ -190,7 +204,9 @@ def test_every_decision_is_counted_and_logged_without_the_text(caplog: pytest.Lo
     assert "diary" not in caplog.text
 
 
-@pytest.mark.parametrize("env", [{"AGENT_ROUTING_COMMANDS": "/agent please"}, {"AGENT_ROUTING_KEYWORDS": "x" * 65}])
+@pytest.mark.parametrize(
+    "env", [{"AGENT_ROUTING_COMMANDS": "/agent please"}, {"AGENT_ROUTING_KEYWORDS": "x" * 65}]
+)
 def test_invalid_settings_are_refused(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -213,7 +229,9 @@ def test_decisions_take_well_under_a_millisecond() -> None:
     for i in range(5000):
         text = texts[i % len(texts)]
         started = time.perf_counter()
-        router.route(text, user_id="u1", org_id="o1", has_active_session=i % 7 == 0, agent_available=i % 11 != 0)
+        router.route(
+            text, user_id="u1", org_id="o1", has_active_session=i % 7 == 0, agent_available=i % 11 != 0
+        )
         timings.append(time.perf_counter() - started)
     timings.sort()
     p99 = timings[int(len(timings) * 0.99)]
