@@ -23,12 +23,14 @@ from agent_service.migrate import run_migrations
 from agent_service.profiles import router as profiles_router
 from agent_service.profiles.service import ProfileStore
 from agent_service.runs import router as runs_router
-from agent_service.runs.engine import ReActEngine, ToolLookup
+from agent_service.runs.engine import ReActEngine, ToolLookup, find_tool
 from agent_service.runs.event_log import EventLog
 from agent_service.runs.service import RunManager, RunService
 from agent_service.runs.streaming import EventStreamer, StreamSettings
 from agent_service.sessions import router as sessions_router
 from agent_service.settings import AgentServiceSettings
+from agent_service.tools.knowledge.indexer import index_knowledge
+from agent_service.tools.registry import build_registry
 from shared.db import create_engine, create_sessionmaker
 from shared.llm.base import LLMProvider
 from shared.logging import RequestIdMiddleware
@@ -83,15 +85,9 @@ class _BodyTooLarge(Exception):
 
 
 async def _build_tools(sessionmaker: Any, settings: AgentServiceSettings) -> ToolLookup:
-    from agent_service.tools.registry import build_registry
-
-    return await _maybe_await(build_registry(sessionmaker, settings.knowledge_dir))
-
-
-async def _maybe_await(value: Any) -> Any:
-    if hasattr(value, "__await__"):
-        return await value
-    return value
+    """The built-in tools, with the knowledge folder (re)indexed into the database first."""
+    await index_knowledge(sessionmaker, settings.knowledge_dir)
+    return build_registry(sessionmaker, settings.knowledge_dir)
 
 
 def _build_provider() -> LLMProvider:
@@ -121,7 +117,7 @@ def create_app(
             sessionmaker = create_sessionmaker(db_engine)
             profiles = ProfileStore.from_file(settings.profiles_file)
             tool_lookup = tools if tools is not None else await _build_tools(sessionmaker, settings)
-            profiles.check_tools(lambda name: tool_lookup.get(name) is not None)
+            profiles.check_tools(lambda name: find_tool(tool_lookup, name) is not None)
             if llm is None:
                 llm = _build_provider()
             event_log = EventLog(

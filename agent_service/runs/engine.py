@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from agent_service.profiles.schemas import Profile
 from agent_service.metrics import AgentMetrics
+from agent_service.tools.ask_user import ASK_USER_TOOL_NAME, validate_question
 from agent_service.tools.base import Tool, ToolContext, ToolError
 from shared.llm.base import (
     CompletionOptions,
@@ -52,12 +53,22 @@ from shared.tokens import count_messages_tokens, count_tokens
 log = logging.getLogger(__name__)
 
 # The tool the engine intercepts: calling it pauses the run and asks the user (ASK_USER).
-ASK_USER_TOOL = "ask_user"
+ASK_USER_TOOL = ASK_USER_TOOL_NAME
 REFUSED_RESULT = {"error": "The user refused this tool call. Do not retry it; continue without it."}
 
 
 class ToolLookup(Protocol):
+    """The tool registry as the engine sees it: ``get`` returns the tool, or None or raises
+    ``LookupError`` for a name it does not have."""
+
     def get(self, name: str) -> Tool | None: ...
+
+
+def find_tool(tools: ToolLookup, name: str) -> Tool | None:
+    try:
+        return tools.get(name)
+    except LookupError:
+        return None
 
 
 Emit = Callable[[EventType, BaseModel], Any]
@@ -166,7 +177,7 @@ class ReActEngine:
             return paused
 
         profile = ctx.profile
-        specs = [tool.spec() for name in profile.tools if (tool := self.tools.get(name)) is not None]
+        specs = [tool.spec() for name in profile.tools if (tool := find_tool(self.tools, name)) is not None]
         options = CompletionOptions(model=profile.model, max_tokens=profile.max_tokens, temperature=profile.temperature)
         while state.steps < profile.max_steps:
             state.steps += 1
@@ -257,12 +268,14 @@ class ReActEngine:
         while state.pending_calls:
             call = state.pending_calls[0]
             if call.name == ASK_USER_TOOL and call.name in ctx.profile.tools:
-                question = str(call.arguments.get("question") or "").strip()
-                if question:
-                    return self._pause(call, AskUserKind.QUESTION, question)
-                state.pending_calls.pop(0)
-                self._tool_result(state, call, {"error": "ask_user needs a non-empty 'question'"})
-                continue
+                try:
+                    question = validate_question(call.arguments)
+                except ToolError as exc:
+                    # A malformed question goes back to the model like any tool error.
+                    state.pending_calls.pop(0)
+                    self._tool_result(state, call, {"error": str(exc)})
+                    continue
+                return self._pause(call, AskUserKind.QUESTION, question)
             if call.name in ctx.profile.approval_required_tools:
                 return self._pause(
                     call, AskUserKind.APPROVAL, f"May I run {call.name} with {_dumps(call.arguments)}?",
@@ -283,7 +296,7 @@ class ReActEngine:
         return Paused(question=pending, call_id=call.id)
 
     async def _execute(self, ctx: RunContext, state: RunState, call: ToolCall, emit: Emit) -> None:
-        tool = self.tools.get(call.name) if call.name in ctx.profile.tools else None
+        tool = find_tool(self.tools, call.name) if call.name in ctx.profile.tools else None
         emit(EventType.TOOL_START, ToolStartData(call_id=call.id, tool=call.name, args=call.arguments))
         state.usage.tool_calls += 1
         started = time.perf_counter()

@@ -1,0 +1,248 @@
+"""The ReAct loop against a scripted model and small tools: every way a run can end."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from agent_service.metrics import AgentMetrics
+from agent_service.profiles.schemas import Profile
+from agent_service.runs.engine import (
+    Completed,
+    Failed,
+    Paused,
+    ReActEngine,
+    Resume,
+    RunContext,
+    RunState,
+    close_pending_calls,
+)
+from agent_service.tools.base import Tool, ToolContext, ToolError
+from shared.llm.base import (
+    CompletionOptions,
+    LLMConnectionError,
+    LLMDone,
+    LLMEvent,
+    LLMMessage,
+    LLMStatusError,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+)
+from shared.protocol import AskUserKind, ErrorCode, EventType, UserContext
+
+
+class ScriptedProvider:
+    """Plays one scripted turn per call and records what the engine sent."""
+
+    name = "scripted"
+
+    def __init__(self, turns: list[list[LLMEvent] | Exception]) -> None:
+        self.turns = list(turns)
+        self.calls: list[tuple[list[LLMMessage], list[str]]] = []
+
+    async def stream(
+        self, messages: Sequence[LLMMessage], *, tools: Sequence[ToolSpec] = (),
+        options: CompletionOptions = CompletionOptions(),
+    ) -> AsyncIterator[LLMEvent]:
+        self.calls.append((list(messages), [t.name for t in tools]))
+        turn = self.turns.pop(0)
+        if isinstance(turn, Exception):
+            raise turn
+        for event in turn:
+            yield event
+
+    async def aclose(self) -> None:
+        return None
+
+
+class AddTool(Tool):
+    name = "add"
+    description = "Adds a and b."
+    parameters = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        if not isinstance(args.get("a"), (int, float)) or not isinstance(args.get("b"), (int, float)):
+            raise ToolError("a and b must be numbers")
+        return {"result": args["a"] + args["b"]}
+
+
+class Tools:
+    def __init__(self, *tools: Tool) -> None:
+        self._tools = {t.name: t for t in tools}
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[EventType, dict]] = []
+
+    def __call__(self, type_: EventType, data) -> None:
+        self.events.append((type_, data.model_dump(mode="json")))
+
+    def types(self) -> list[EventType]:
+        return [t for t, _ in self.events]
+
+
+def _profile(**overrides) -> Profile:
+    values = dict(name="p", system_prompt="sys", tools=["add", "ask_user"], max_steps=4)
+    values.update(overrides)
+    return Profile(**values)
+
+
+def _ctx(profile: Profile) -> RunContext:
+    return RunContext(session_id="s1", run_id="r1", profile=profile, user_context=UserContext(user_id="u1"))
+
+
+def _state() -> RunState:
+    return RunState(transcript=[LLMMessage(role="system", content="sys"), LLMMessage(role="user", content="hi")])
+
+
+def _engine(provider) -> ReActEngine:
+    return ReActEngine(provider, Tools(AddTool()), AgentMetrics(), ask_user_timeout_s=300)
+
+
+async def test_text_answer_streams_chunks_and_completes() -> None:
+    provider = ScriptedProvider([[TextDelta("Hello "), TextDelta("there."), LLMDone(10, 3)]])
+    rec = Recorder()
+    outcome = await _engine(provider).run(_ctx(_profile()), _state(), rec)
+    assert isinstance(outcome, Completed)
+    assert outcome.answer == "Hello there."
+    assert rec.types() == [EventType.ANSWER_CHUNK, EventType.ANSWER_CHUNK]
+    assert outcome.usage.prompt_tokens == 10 and outcome.usage.completion_tokens == 3
+    assert outcome.usage.total_tokens == 13 and outcome.usage.llm_calls == 1
+    assert provider.calls[0][1] == ["add"]  # only tools the lookup knows are offered
+
+
+async def test_tool_call_result_goes_back_to_the_model() -> None:
+    provider = ScriptedProvider([
+        [ReasoningDelta("I should "), ReasoningDelta("add."), ToolCall("c1", "add", {"a": 2, "b": 3}), LLMDone()],
+        [TextDelta("The sum is 5."), LLMDone()],
+    ])
+    rec = Recorder()
+    state = _state()
+    outcome = await _engine(provider).run(_ctx(_profile()), state, rec)
+    assert isinstance(outcome, Completed) and outcome.answer == "The sum is 5."
+    assert rec.types() == [EventType.THOUGHT, EventType.TOOL_START, EventType.TOOL_END, EventType.ANSWER_CHUNK]
+    assert rec.events[0][1]["text"] == "I should add."
+    end = rec.events[2][1]
+    assert end["ok"] is True and end["result"] == {"result": 5} and end["duration_ms"] >= 0
+    second_prompt = provider.calls[1][0]
+    assert second_prompt[-1].role == "tool" and second_prompt[-1].tool_call_id == "c1"
+    assert '"result":5' in second_prompt[-1].content
+    assert outcome.usage.tool_calls == 1 and outcome.usage.llm_calls == 2
+    # Without provider counts the engine counts tokens itself.
+    assert outcome.usage.prompt_tokens > 0 and outcome.usage.completion_tokens > 0
+
+
+async def test_tool_error_and_unknown_tool_are_reported_to_the_model() -> None:
+    provider = ScriptedProvider([
+        [ToolCall("c1", "add", {"a": "x"}), ToolCall("c2", "delete_everything", {}), LLMDone()],
+        [TextDelta("Sorry."), LLMDone()],
+    ])
+    rec = Recorder()
+    outcome = await _engine(provider).run(_ctx(_profile()), _state(), rec)
+    assert isinstance(outcome, Completed)
+    ends = [data for t, data in rec.events if t is EventType.TOOL_END]
+    assert [e["ok"] for e in ends] == [False, False]
+    assert "numbers" in ends[0]["error"] and "unknown tool" in ends[1]["error"]
+
+
+async def test_max_steps_fails_the_run() -> None:
+    provider = ScriptedProvider([[ToolCall(f"c{i}", "add", {"a": 1, "b": 1}), LLMDone()] for i in range(2)])
+    outcome = await _engine(provider).run(_ctx(_profile(max_steps=2)), _state(), Recorder())
+    assert isinstance(outcome, Failed) and outcome.code is ErrorCode.MAX_STEPS_EXCEEDED
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [(LLMConnectionError("down"), ErrorCode.LLM_UNAVAILABLE), (LLMStatusError(400, "bad"), ErrorCode.LLM_ERROR)],
+)
+async def test_llm_errors_map_to_codes(error: Exception, code: ErrorCode) -> None:
+    outcome = await _engine(ScriptedProvider([error])).run(_ctx(_profile()), _state(), Recorder())
+    assert isinstance(outcome, Failed) and outcome.code is code
+
+
+async def test_token_limit() -> None:
+    outcome = await _engine(ScriptedProvider([])).run(
+        _ctx(_profile(max_context_tokens=5)), _state(), Recorder()
+    )
+    assert isinstance(outcome, Failed) and outcome.code is ErrorCode.TOKEN_LIMIT_EXCEEDED
+
+
+async def test_ask_user_pauses_and_resumes_from_json_state() -> None:
+    provider = ScriptedProvider([
+        [ToolCall("q1", "ask_user", {"question": "Where to?"}), ToolCall("c2", "add", {"a": 1, "b": 2}), LLMDone()],
+        [TextDelta("Off to Lisbon."), LLMDone()],
+    ])
+    engine = _engine(provider)
+    state = _state()
+    rec = Recorder()
+    paused = await engine.run(_ctx(_profile()), state, rec)
+    assert isinstance(paused, Paused)
+    assert paused.question.question == "Where to?" and paused.question.kind is AskUserKind.QUESTION
+    assert paused.call_id == "q1" and rec.events == []
+
+    # The state survives a round trip through JSON (the database), as after a restart.
+    saved = ([m.to_dict() for m in state.transcript], state.to_json())
+    restored = RunState.from_json(*saved)
+    rec2 = Recorder()
+    outcome = await engine.run(_ctx(_profile()), restored, rec2, Resume(AskUserKind.QUESTION, "Lisbon", False))
+    assert isinstance(outcome, Completed) and outcome.answer == "Off to Lisbon."
+    # The remaining call of the same turn ran after the answer.
+    assert rec2.types()[:2] == [EventType.TOOL_START, EventType.TOOL_END]
+    prompt = provider.calls[1][0]
+    tool_messages = [m for m in prompt if m.role == "tool"]
+    assert [m.tool_call_id for m in tool_messages] == ["q1", "c2"]
+    assert "Lisbon" in tool_messages[0].content
+
+
+async def test_ask_user_is_not_intercepted_when_the_profile_does_not_allow_it() -> None:
+    provider = ScriptedProvider([
+        [ToolCall("q1", "ask_user", {"question": "?"}), LLMDone()],
+        [TextDelta("ok"), LLMDone()],
+    ])
+    rec = Recorder()
+    outcome = await _engine(provider).run(_ctx(_profile(tools=["add"])), _state(), rec)
+    assert isinstance(outcome, Completed)
+    assert [d["ok"] for t, d in rec.events if t is EventType.TOOL_END] == [False]
+
+
+@pytest.mark.parametrize("approved", [True, False])
+async def test_approval_required_tool(approved: bool) -> None:
+    provider = ScriptedProvider([
+        [ToolCall("c1", "add", {"a": 4, "b": 5}), LLMDone()],
+        [TextDelta("done"), LLMDone()],
+    ])
+    engine = _engine(provider)
+    profile = _profile(approval_required_tools=["add"])
+    state = _state()
+    paused = await engine.run(_ctx(profile), state, Recorder())
+    assert isinstance(paused, Paused)
+    assert paused.question.kind is AskUserKind.APPROVAL
+    assert paused.question.tool == "add" and paused.question.args == {"a": 4, "b": 5}
+
+    rec = Recorder()
+    outcome = await engine.run(_ctx(profile), state, rec, Resume(AskUserKind.APPROVAL, "", approved))
+    assert isinstance(outcome, Completed)
+    tool_message = [m for m in provider.calls[1][0] if m.role == "tool"][0]
+    if approved:
+        assert rec.types()[:2] == [EventType.TOOL_START, EventType.TOOL_END]
+        assert '"result":9' in tool_message.content
+    else:
+        assert EventType.TOOL_START not in rec.types()
+        assert "refused" in tool_message.content
+
+
+def test_close_pending_calls_keeps_the_transcript_valid() -> None:
+    state = _state()
+    state.transcript.append(LLMMessage(role="assistant", tool_calls=(ToolCall("q1", "ask_user", {}),)))
+    state.pending_calls = [ToolCall("q1", "ask_user", {})]
+    close_pending_calls(state, "cancelled")
+    assert state.pending_calls == []
+    assert state.transcript[-1].role == "tool" and state.transcript[-1].tool_call_id == "q1"
