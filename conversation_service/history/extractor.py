@@ -11,6 +11,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -95,7 +96,8 @@ class HistoryExtractor:
         strategy = strategy or self.settings.strategy
         items: list[HistoryItem] = []
         skipped = 0
-        for record in records:
+        overflow = max(0, len(records) - self.settings.max_input_messages)
+        for record in records[overflow:]:
             role = map_role(record.role)
             # Unknown roles and empty messages (a reply that failed before its first token) carry
             # nothing the agent can use.
@@ -114,6 +116,13 @@ class HistoryExtractor:
             )
             window = await fit_newest(items, self._counter, self.settings.token_budget, max_count)
             result = self._result(strategy, items, window, skipped)
+        if overflow:
+            stats = replace(
+                result.stats,
+                total_messages=result.stats.total_messages + overflow,
+                dropped_messages=result.stats.dropped_messages + overflow,
+            )
+            result = HistoryResult(messages=result.messages, stats=stats)
         self._observe(result.stats)
         return result
 

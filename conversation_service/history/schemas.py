@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from shared.protocol import ChatMessage
 
@@ -16,6 +17,17 @@ class HistoryRecord:
     role: str
     content: str
     created_at: datetime | None = None
+
+    @classmethod
+    def from_message(cls, message: Any) -> HistoryRecord:
+        """From a stored message (``conversation_service.db.models.Message`` or anything shaped
+        like it: ``id``, ``role``, ``content``, ``created_at``)."""
+        return cls(
+            id=str(message.id),
+            role=message.role,
+            content=message.content or "",
+            created_at=getattr(message, "created_at", None),
+        )
 
 
 @dataclass(frozen=True, slots=True)

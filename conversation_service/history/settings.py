@@ -47,6 +47,9 @@ class HistorySettings(BaseSettings):
     summary_timeout_seconds: float = Field(30.0, gt=0, le=600)
     summary_model: str | None = None
 
+    # Messages looked at per extraction: a longer conversation contributes its newest ones (the
+    # rest count as dropped), so one huge conversation cannot make a turn arbitrarily slow.
+    max_input_messages: int = Field(10_000, ge=1, le=1_000_000)
     # Counting tokens of this many uncached characters or more runs in a worker thread, so a long
     # history never blocks the event loop (1,000 messages take ~20 ms to tokenize).
     offload_chars: int = Field(16_000, ge=0)

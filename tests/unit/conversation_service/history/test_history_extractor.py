@@ -237,3 +237,19 @@ def test_invalid_settings_are_refused(monkeypatch: pytest.MonkeyPatch, env: dict
 def test_summary_strategy_needs_a_provider() -> None:
     with pytest.raises(ValueError, match="LLM provider"):
         HistoryExtractor(HistorySettings(strategy=HistoryStrategyName.SUMMARY))
+
+
+async def test_only_the_newest_input_messages_are_looked_at() -> None:
+    records = conversation(50)
+    settings = HistorySettings(strategy=HistoryStrategyName.TOKEN_BUDGET, max_input_messages=20)
+    result = await HistoryExtractor(settings).extract("c1", records)
+    assert [m.content for m in result.messages] == [r.content for r in records[-20:]]
+    assert (result.stats.total_messages, result.stats.dropped_messages) == (50, 30)
+
+
+def test_records_are_built_from_stored_messages() -> None:
+    from conversation_service.db.models import Message
+
+    stored = Message(id="m1", conversation_id="c1", role="assistant", content=None, created_at=None)
+    record = HistoryRecord.from_message(stored)
+    assert (record.id, record.role, record.content, record.created_at) == ("m1", "assistant", "", None)

@@ -215,6 +215,8 @@ def test_invalid_settings_are_refused(monkeypatch: pytest.MonkeyPatch, env: dict
 
 
 def test_decisions_take_well_under_a_millisecond() -> None:
+    # CPU time of this thread, not wall time: the cost of a decision itself, unaffected by other
+    # processes that happen to share the machine while the test runs.
     router = MessageRouter(RoutingSettings(), registry=CollectorRegistry())
     texts = [
         "hello, how are you today?",
@@ -228,11 +230,11 @@ def test_decisions_take_well_under_a_millisecond() -> None:
     timings: list[float] = []
     for i in range(5000):
         text = texts[i % len(texts)]
-        started = time.perf_counter()
+        started = time.thread_time()
         router.route(
             text, user_id="u1", org_id="o1", has_active_session=i % 7 == 0, agent_available=i % 11 != 0
         )
-        timings.append(time.perf_counter() - started)
+        timings.append(time.thread_time() - started)
     timings.sort()
     p99 = timings[int(len(timings) * 0.99)]
     assert p99 < 0.001, f"p99 {p99 * 1e6:.0f} µs"
