@@ -1,0 +1,54 @@
+"""Runs left ACTIVE by a crash end as FAILED with ERROR INTERRUPTED; never stuck."""
+
+from __future__ import annotations
+
+from agent_service.migrate import run_migrations
+from agent_service.models import AgentEvent, AgentRun, AgentSession
+from shared.llm.builtin import BuiltinProvider
+from shared.protocol import utcnow
+
+
+async def test_start_up_ends_runs_a_crash_left_active(agent_factory, db) -> None:
+    await run_migrations(db.engine)
+    now = utcnow()
+    async with db.sessionmaker.begin() as s:
+        s.add(AgentSession(
+            id="crashed", profile_name="default", status="ACTIVE", user_context={"user_id": "u"},
+            transcript=[{"role": "user", "content": "what is 1+1"}], last_seq=2, current_run_id="run-1",
+            created_at=now, updated_at=now,
+        ))
+        await s.flush()
+        s.add(AgentRun(id="run-1", session_id="crashed", status="ACTIVE", first_seq=1, started_at=now))
+        for seq in (1, 2):
+            s.add(AgentEvent(session_id="crashed", seq=seq, run_id="run-1", type="ANSWER_CHUNK", ts=now,
+                             data={"text": "partial "}))
+
+    async with agent_factory() as agent:
+        status = await agent.status("crashed")
+        assert status["status"] == "FAILED" and status["last_seq"] == 3
+        log = await agent.replay("crashed", 0)
+        assert [e.seq for e in log.events] == [1, 2, 3]
+        error = log.last
+        assert error.type.value == "ERROR" and error.run_id == "run-1"
+        assert error.data["code"] == "INTERRUPTED" and error.data["retryable"] is True
+        # The session is usable again.
+        again = await agent.execute("what is 1+1", body={"session_id": "crashed"})
+        assert again.last.type.value == "COMPLETE" and again.events[0].seq == 4
+    async with db.sessionmaker() as s:
+        run = await s.get(AgentRun, "run-1")
+        assert run.status == "FAILED" and run.error_code == "INTERRUPTED" and run.ended_at is not None
+
+
+async def test_stopping_the_service_ends_its_runs_as_interrupted(agent_factory, db) -> None:
+    provider = BuiltinProvider(first_token_delay=0, chunk_delay=0.05)
+    async with agent_factory(provider=provider) as agent:
+        first = await agent.execute("search the docs for group commit", stop_after=1)
+        session_id = first.events[0].session_id
+    # The server is stopped; a new one finds the run already ended, with its ERROR in the log.
+    async with agent_factory() as agent:
+        status = await agent.status(session_id)
+        assert status["status"] == "FAILED"
+        log = await agent.replay(session_id, 0)
+        assert [e.seq for e in log.events] == list(range(1, len(log.events) + 1))
+        assert log.last.type.value == "ERROR" and log.last.data["code"] == "INTERRUPTED"
+        assert log.last.data["retryable"] is True
