@@ -34,7 +34,7 @@ def free_port() -> int:
 async def serve_app(app, port: int | None = None) -> AsyncIterator[str]:
     """Run an ASGI app with uvicorn on 127.0.0.1 inside this event loop; yield its base URL."""
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", ws="websockets")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", ws="websockets-sansio")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:

@@ -20,13 +20,6 @@ from tests.integration.conversation_service.support import (
 )
 
 # tests.support.servers runs uvicorn with its legacy websockets implementation, deprecated upstream.
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore:The `websockets` implementation is deprecated"),
-    pytest.mark.filterwarnings("ignore:remove second argument of ws_handler:DeprecationWarning"),
-    # bpe-openai loads its vocabularies with a deprecated importlib.resources call.
-    pytest.mark.filterwarnings("ignore:open_binary is deprecated:DeprecationWarning"),
-]
 
 # The built-in model answers at once in tests.
 os.environ.setdefault("LLM_BUILTIN_FIRST_TOKEN_MS", "0")

@@ -19,12 +19,6 @@ from tests.integration.conversation_service.support import (
     running,
 )
 
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore:The `websockets` implementation is deprecated"),
-    pytest.mark.filterwarnings("ignore:remove second argument of ws_handler:DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore:open_binary is deprecated:DeprecationWarning"),
-]
 
 
 class Collector:
