@@ -11,7 +11,7 @@ of a silent success.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from agent_service.tools.base import Tool, ToolContext, ToolError
 
@@ -35,7 +35,7 @@ class AskUserTool(Tool):
         "Ask the user a question when you need information only they have (for example a destination "
         "or a date). The run pauses until they answer; their answer comes back as this tool's result."
     )
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "question": {

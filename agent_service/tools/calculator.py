@@ -12,7 +12,7 @@ import ast
 import math
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from agent_service.tools.base import Tool, ToolContext, ToolError
 
@@ -123,7 +123,7 @@ class CalculatorTool(Tool):
         "Evaluate an arithmetic expression exactly. Supports numbers, + - * / // % ** (or ^), "
         "parentheses, pi, e and the functions sqrt, abs, round, floor, ceil, log, log10, exp, sin, cos, tan."
     )
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "expression": {

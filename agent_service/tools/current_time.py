@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime, timezone
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agent_service.tools.base import Tool, ToolContext, ToolError
@@ -17,7 +17,7 @@ MAX_ZONE_CHARS = 64
 
 def resolve_zone(name: str | None) -> ZoneInfo | timezone:
     if name is None or name.strip().upper() in ("", "UTC", "Z"):
-        return timezone.utc
+        return UTC
     name = name.strip()
     if len(name) > MAX_ZONE_CHARS or not _ZONE_NAME.match(name) or ".." in name:
         raise ToolError(f"{name[:MAX_ZONE_CHARS]!r} is not an IANA time zone name such as Europe/Lisbon")
@@ -30,7 +30,7 @@ def resolve_zone(name: str | None) -> ZoneInfo | timezone:
 class CurrentTimeTool(Tool):
     name = "current_time"
     description = "The current date and time, in UTC or in an IANA time zone such as Europe/Lisbon."
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "timezone": {
@@ -44,7 +44,7 @@ class CurrentTimeTool(Tool):
 
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         # The clock is injectable so a test can pin "now"; it must return an aware datetime.
-        self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self._clock = clock or (lambda: datetime.now(UTC))
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         zone_name = args.get("timezone")
@@ -53,7 +53,7 @@ class CurrentTimeTool(Tool):
         zone = resolve_zone(zone_name)
         now = self._clock().astimezone(zone)
         return {
-            "timezone": "UTC" if zone is timezone.utc else str(zone),
+            "timezone": "UTC" if zone is UTC else str(zone),
             "iso": now.isoformat(timespec="seconds"),
             "date": now.date().isoformat(),
             "time": now.strftime("%H:%M:%S"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -27,7 +27,7 @@ class KnowledgeSearchTool(Tool):
         "Search the knowledge base (the product's documentation) and return the most relevant documents "
         "with a title, path, snippet and score. Use it for questions about how the product works."
     )
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "query": {"type": "string", "description": "What to look for", "maxLength": MAX_QUERY_CHARS},

@@ -172,7 +172,7 @@ def _call(name: str, arguments: dict[str, Any], seed: str, index: int = 0) -> To
 
 # Only the prefix is case-insensitive: a second name must be capitalised ("Ada Lovelace", not "Ada and").
 _NAME_STATEMENT = re.compile(r"\b(?i:my name is|my name's|call me)\s+([A-Za-z][\w'-]*(?:\s+[A-Z][\w'-]*)?)")
-_NAME_QUESTION = re.compile(r"\b(?:what(?:'s| is) my name|who am i|do you (?:know|remember) my name)\b", re.I)
+_NAME_QUESTION = re.compile(r"\b(?:what(?:'s| is) my name|who am i|do you (?:know|remember) my name)\b", re.IGNORECASE)
 
 
 def _known_name(history: Sequence[LLMMessage]) -> str | None:
@@ -203,7 +203,7 @@ def _name_rules(text: str, history: list[LLMMessage], available: set[str], seed:
 # ---- time -----------------------------------------------------------------------------------
 
 _TIME = re.compile(r"\b(?:what(?:'s| is) the time|what time is it|current time|time is it|today's date|"
-                   r"what(?:'s| is) the date|what day is it)\b", re.I)
+                   r"what(?:'s| is) the date|what day is it)\b", re.IGNORECASE)
 _ZONE = re.compile(r"\b([A-Z][A-Za-z_]+(?:/[A-Z][A-Za-z_+-]+)+|UTC)\b")
 
 
@@ -225,12 +225,12 @@ def _time_rule(text: str, history: list[LLMMessage], available: set[str], seed: 
 # ---- search ---------------------------------------------------------------------------------
 
 _SEARCH_PATTERNS = [
-    re.compile(r"\bwhat do(?:es)? (?:the )?(?:docs|documentation|documents)(?: say)? (?:say )?about\s+(.+)", re.I),
+    re.compile(r"\bwhat do(?:es)? (?:the )?(?:docs|documentation|documents)(?: say)? (?:say )?about\s+(.+)", re.IGNORECASE),
     re.compile(r"\b(?:search|look up|lookup|find)\s+(?:the\s+)?(?:docs|documentation|documents|knowledge base)"
-               r"\s+(?:for|about|on)\s+(.+)", re.I),
-    re.compile(r"\b(?:search|look up|lookup)\s+(?:for\s+)?(.+)", re.I),
+               r"\s+(?:for|about|on)\s+(.+)", re.IGNORECASE),
+    re.compile(r"\b(?:search|look up|lookup)\s+(?:for\s+)?(.+)", re.IGNORECASE),
     re.compile(r"^\s*(?:please\s+|can you\s+|could you\s+)?find\s+(?:me\s+)?(?:info(?:rmation)?\s+(?:on|about)\s+)?(.+)",
-               re.I),
+               re.IGNORECASE),
 ]
 
 
@@ -239,7 +239,7 @@ def _search_query(text: str) -> str | None:
         match = pattern.search(text)
         if match:
             query = match.group(1).strip().strip("?.!\"'").strip()
-            query = re.sub(r"^(?:for|about|on)\s+", "", query, flags=re.I)
+            query = re.sub(r"^(?:for|about|on)\s+", "", query, flags=re.IGNORECASE)
             if query:
                 return query[:200]
     return None
@@ -262,12 +262,12 @@ def _search_rule(text: str, history: list[LLMMessage], available: set[str], seed
 # ---- trips ----------------------------------------------------------------------------------
 
 _TRIP = re.compile(r"\b(?:plan|organi[sz]e|book)\b.*\b(?:trip|vacation|holiday|journey|getaway|itinerary)\b"
-                   r"|\bitinerary\b", re.I)
+                   r"|\bitinerary\b", re.IGNORECASE)
 _DESTINATION = re.compile(r"\b(?:to|in|visit(?:ing)?|around)\s+((?:[A-Z][\w'-]+)(?:\s+[A-Z][\w'-]+)*)")
 _NUMBER_WORDS = {"one": 1, "a": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                  "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "a few": 3}
-_DAYS = re.compile(r"\b(\d{1,3}|" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)) + r")[\s-]*days?\b", re.I)
-_WEEK = re.compile(r"\b(?:a|one)\s+week\b", re.I)
+_DAYS = re.compile(r"\b(\d{1,3}|" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)) + r")[\s-]*days?\b", re.IGNORECASE)
+_WEEK = re.compile(r"\b(?:a|one)\s+week\b", re.IGNORECASE)
 _FILLER = {"i", "i'd", "id", "we", "we'd", "would", "like", "want", "to", "go", "going", "visit", "the", "a", "an",
            "for", "in", "and", "please", "let's", "lets", "maybe", "about", "trip", "travel", "days", "day",
            "of", "there", "me", "us", "stay", "spend", "with", "on"}
@@ -343,26 +343,26 @@ def _plan_from_answer(answer: str) -> BuiltinReply:
 
 # ---- arithmetic -----------------------------------------------------------------------------
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?", re.I)
-_REFERENCE = re.compile(r"\b(?:that|it|this|the result|the answer|the previous result)\b", re.I)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?", re.IGNORECASE)
+_REFERENCE = re.compile(r"\b(?:that|it|this|the result|the answer|the previous result)\b", re.IGNORECASE)
 _WORD_OPERATORS = [
-    (re.compile(r"\bmultiplied by\b|\btimes\b", re.I), "*"),
-    (re.compile(r"(?<=\d)\s*[x×]\s*(?=[\d(])", re.I), "*"),
-    (re.compile(r"\bdivided by\b|\bover\b|÷", re.I), "/"),
-    (re.compile(r"\bplus\b", re.I), "+"),
-    (re.compile(r"\bminus\b", re.I), "-"),
-    (re.compile(r"\bmod(?:ulo)?\b", re.I), "%"),
-    (re.compile(r"\bto the power of\b|\braised to(?: the power of)?\b|\^", re.I), "**"),
-    (re.compile(r"\s+squared\b", re.I), "**2"),
-    (re.compile(r"\s+cubed\b", re.I), "**3"),
+    (re.compile(r"\bmultiplied by\b|\btimes\b", re.IGNORECASE), "*"),
+    (re.compile(r"(?<=\d)\s*[x×]\s*(?=[\d(])", re.IGNORECASE), "*"),
+    (re.compile(r"\bdivided by\b|\bover\b|÷", re.IGNORECASE), "/"),
+    (re.compile(r"\bplus\b", re.IGNORECASE), "+"),
+    (re.compile(r"\bminus\b", re.IGNORECASE), "-"),
+    (re.compile(r"\bmod(?:ulo)?\b", re.IGNORECASE), "%"),
+    (re.compile(r"\bto the power of\b|\braised to(?: the power of)?\b|\^", re.IGNORECASE), "**"),
+    (re.compile(r"\s+squared\b", re.IGNORECASE), "**2"),
+    (re.compile(r"\s+cubed\b", re.IGNORECASE), "**3"),
 ]
 _COMMANDS = [
-    (re.compile(r"\bmultiply\s+(\S+)\s+(?:by|and|with)\s+(\S+)", re.I), "{0}*{1}"),
-    (re.compile(r"\bdivide\s+(\S+)\s+by\s+(\S+)", re.I), "{0}/{1}"),
-    (re.compile(r"\badd\s+(\S+)\s+(?:to|and)\s+(\S+)", re.I), "{0}+{1}"),
-    (re.compile(r"\bsubtract\s+(\S+)\s+from\s+(\S+)", re.I), "{1}-{0}"),
-    (re.compile(r"\b(?:the\s+)?square root of\s+(\S+)", re.I), "sqrt({0})"),
-    (re.compile(r"\b(?:double)\s+(\S+)", re.I), "{0}*2"),
+    (re.compile(r"\bmultiply\s+(\S+)\s+(?:by|and|with)\s+(\S+)", re.IGNORECASE), "{0}*{1}"),
+    (re.compile(r"\bdivide\s+(\S+)\s+by\s+(\S+)", re.IGNORECASE), "{0}/{1}"),
+    (re.compile(r"\badd\s+(\S+)\s+(?:to|and)\s+(\S+)", re.IGNORECASE), "{0}+{1}"),
+    (re.compile(r"\bsubtract\s+(\S+)\s+from\s+(\S+)", re.IGNORECASE), "{1}-{0}"),
+    (re.compile(r"\b(?:the\s+)?square root of\s+(\S+)", re.IGNORECASE), "sqrt({0})"),
+    (re.compile(r"\b(?:double)\s+(\S+)", re.IGNORECASE), "{0}*2"),
 ]
 _EXPRESSION = re.compile(r"(?:sqrt\(|-?\s*[\d(.])(?:sqrt\(|[\d\s.+\-*/%()])*")
 _HAS_OPERATION = re.compile(r"\d\s*(?:\*\*|[-+*/%])\s*[-\d(.]|sqrt\(")
@@ -490,9 +490,9 @@ def _format_number(value: Any) -> str:
 
 # ---- small talk and fallback ----------------------------------------------------------------
 
-_GREETING = re.compile(r"^\s*(?:hi|hello|hey|good (?:morning|afternoon|evening)|howdy)\b", re.I)
-_IDENTITY = re.compile(r"\b(?:who are you|what are you|what can you do|help)\b", re.I)
-_THANKS = re.compile(r"^\s*(?:thanks|thank you|cheers)\b", re.I)
+_GREETING = re.compile(r"^\s*(?:hi|hello|hey|good (?:morning|afternoon|evening)|howdy)\b", re.IGNORECASE)
+_IDENTITY = re.compile(r"\b(?:who are you|what are you|what can you do|help)\b", re.IGNORECASE)
+_THANKS = re.compile(r"^\s*(?:thanks|thank you|cheers)\b", re.IGNORECASE)
 
 
 def _small_talk_rule(text: str, history: list[LLMMessage], available: set[str], seed: str) -> BuiltinReply | None:
@@ -605,7 +605,7 @@ def _summarize(messages: Sequence[LLMMessage]) -> str:
         for line in m.content.splitlines():
             line = line.strip()
             speaker = m.role.capitalize()
-            role_prefix = re.match(r"^(user|assistant|system)\s*:\s*", line, re.I)
+            role_prefix = re.match(r"^(user|assistant|system)\s*:\s*", line, re.IGNORECASE)
             if role_prefix:
                 speaker = role_prefix.group(1).capitalize()
                 line = line[role_prefix.end() :]

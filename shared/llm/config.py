@@ -36,7 +36,7 @@ class LLMSettings(BaseSettings):
     llm_builtin_chunk_delay_ms: int = Field(default=15, ge=0, le=10_000)
 
     @model_validator(mode="after")
-    def _check_base_url(self) -> "LLMSettings":
+    def _check_base_url(self) -> LLMSettings:
         if self.llm_provider == "openai" and not self.llm_base_url.startswith(("http://", "https://")):
             raise ValueError("LLM_BASE_URL must be an http(s) URL such as http://127.0.0.1:8000/v1")
         return self

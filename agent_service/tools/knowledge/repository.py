@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, Text, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -32,8 +32,7 @@ MAX_TERM_CHARS = 64
 # Dropped from queries so "what do the docs say about the breaker" ranks on "breaker" alone.
 # PostgreSQL's english configuration drops these itself; FTS5 would match every document on "the".
 STOP_WORDS = frozenset(
-    "a an and are as at be by do does for from how i in is it of on or say says the this to was what when "
-    "where which who why with about docs documentation documents".split()
+    ["a", "an", "and", "are", "as", "at", "be", "by", "do", "does", "for", "from", "how", "i", "in", "is", "it", "of", "on", "or", "say", "says", "the", "this", "to", "was", "what", "when", "where", "which", "who", "why", "with", "about", "docs", "documentation", "documents"]
 )
 
 _SQLITE_SEARCH = text(
@@ -114,7 +113,7 @@ class KnowledgeRepository:
             "title": document.title,
             "content": document.content,
             "content_hash": document.content_hash,
-            "indexed_at": datetime.now(timezone.utc),
+            "indexed_at": datetime.now(UTC),
         }
         statement = insert(knowledge_documents).values(**values)
         statement = statement.on_conflict_do_update(

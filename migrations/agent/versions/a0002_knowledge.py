@@ -20,17 +20,17 @@ depends_on = None
 
 SQLITE_UPGRADE = [
     # porter: "retries" finds "retry"; unicode61 folds case and accents.
-    "CREATE VIRTUAL TABLE knowledge_documents_fts USING fts5("
-    "title, content, content='knowledge_documents', content_rowid='id', tokenize='porter unicode61')",
-    "CREATE TRIGGER knowledge_documents_ai AFTER INSERT ON knowledge_documents BEGIN "
-    "INSERT INTO knowledge_documents_fts(rowid, title, content) VALUES (new.id, new.title, new.content); END",
-    "CREATE TRIGGER knowledge_documents_ad AFTER DELETE ON knowledge_documents BEGIN "
+    ("CREATE VIRTUAL TABLE knowledge_documents_fts USING fts5("
+    "title, content, content='knowledge_documents', content_rowid='id', tokenize='porter unicode61')"),
+    ("CREATE TRIGGER knowledge_documents_ai AFTER INSERT ON knowledge_documents BEGIN "
+    "INSERT INTO knowledge_documents_fts(rowid, title, content) VALUES (new.id, new.title, new.content); END"),
+    ("CREATE TRIGGER knowledge_documents_ad AFTER DELETE ON knowledge_documents BEGIN "
     "INSERT INTO knowledge_documents_fts(knowledge_documents_fts, rowid, title, content) "
-    "VALUES ('delete', old.id, old.title, old.content); END",
-    "CREATE TRIGGER knowledge_documents_au AFTER UPDATE ON knowledge_documents BEGIN "
+    "VALUES ('delete', old.id, old.title, old.content); END"),
+    ("CREATE TRIGGER knowledge_documents_au AFTER UPDATE ON knowledge_documents BEGIN "
     "INSERT INTO knowledge_documents_fts(knowledge_documents_fts, rowid, title, content) "
     "VALUES ('delete', old.id, old.title, old.content); "
-    "INSERT INTO knowledge_documents_fts(rowid, title, content) VALUES (new.id, new.title, new.content); END",
+    "INSERT INTO knowledge_documents_fts(rowid, title, content) VALUES (new.id, new.title, new.content); END"),
 ]
 SQLITE_DOWNGRADE = [
     "DROP TRIGGER IF EXISTS knowledge_documents_au",
@@ -39,9 +39,9 @@ SQLITE_DOWNGRADE = [
     "DROP TABLE IF EXISTS knowledge_documents_fts",
 ]
 POSTGRES_UPGRADE = [
-    "ALTER TABLE knowledge_documents ADD COLUMN search_vector tsvector GENERATED ALWAYS AS ("
+    ("ALTER TABLE knowledge_documents ADD COLUMN search_vector tsvector GENERATED ALWAYS AS ("
     "setweight(to_tsvector('english', coalesce(title, '')), 'A') || "
-    "setweight(to_tsvector('english', coalesce(content, '')), 'B')) STORED",
+    "setweight(to_tsvector('english', coalesce(content, '')), 'B')) STORED"),
     "CREATE INDEX ix_knowledge_documents_search_vector ON knowledge_documents USING gin (search_vector)",
 ]
 POSTGRES_DOWNGRADE = [

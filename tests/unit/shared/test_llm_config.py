@@ -64,3 +64,13 @@ def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLM_BUILTIN_CHUNK_DELAY_MS", "-1")
     with pytest.raises(ValidationError):
         LLMSettings()
+
+
+def test_public_names_exist() -> None:
+    import shared.llm.builtin
+    import shared.llm.config
+    import shared.llm.openai
+
+    for module in (shared.llm.builtin, shared.llm.config, shared.llm.openai):
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"

@@ -32,7 +32,14 @@ from shared.llm.base import (
 )
 from shared.llm.openai import OpenAICompatibleProvider, to_openai_messages
 from shared.tokens import count_messages_tokens, count_tokens
-from tests.support.fake_openai import ErrorReply, FakeOpenAI, RawReply, TextReply, ToolCallReply, running_fake_openai
+from tests.support.fake_openai import (
+    ErrorReply,
+    FakeOpenAI,
+    RawReply,
+    TextReply,
+    ToolCallReply,
+    running_fake_openai,
+)
 from tests.support.servers import free_port
 
 CALC = ToolSpec(
@@ -190,10 +197,10 @@ async def test_read_timeout(fake: FakeOpenAI, client) -> None:
     [
         ["{not json"],
         ['["a list"]'],
-        ['{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c", "function": '
-         '{"name": "calculator", "arguments": "{\\"expression\\": "}}]}, "finish_reason": "tool_calls"}]}'],
-        ['{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, '
-         '"finish_reason": "tool_calls"}]}'],
+        [('{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c", "function": '
+         '{"name": "calculator", "arguments": "{\\"expression\\": "}}]}, "finish_reason": "tool_calls"}]}')],
+        [('{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, '
+         '"finish_reason": "tool_calls"}]}')],
         ['{"choices": "nope"}'],
     ],
     ids=["not-json", "not-an-object", "invalid-tool-json", "tool-without-name", "bad-choices"],
@@ -262,3 +269,17 @@ async def test_many_tokens_stream_through(fake: FakeOpenAI, client) -> None:
     events = await collect(provider_for(fake.base_url, client))
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert text.split() == [f"token{i}" for i in range(300)]
+
+
+async def test_fake_server_runs_on_its_own_for_load_tests(tmp_path, client) -> None:
+    from tests.support.servers import ServiceProcess
+
+    server = ServiceProcess("tests.support.fake_openai", env={})
+    await server.start(tmp_path)
+    try:
+        events = await collect(provider_for(f"{server.url}/v1", client))
+        text = "".join(e.text for e in events if isinstance(e, TextDelta))
+        assert len(text.split()) == 200  # the command's default --tokens
+        assert events[-1].completion_tokens == 200
+    finally:
+        await server.stop()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -11,7 +11,7 @@ from agent_service.tools.current_time import CurrentTimeTool
 from shared.protocol import UserContext
 
 CTX = ToolContext(session_id="s", run_id="r", user_context=UserContext(user_id="u"))
-FIXED = datetime(2026, 7, 1, 12, 30, 5, tzinfo=timezone.utc)
+FIXED = datetime(2026, 7, 1, 12, 30, 5, tzinfo=UTC)
 
 
 async def test_utc_by_default() -> None:
@@ -30,7 +30,7 @@ async def test_named_zone_with_daylight_saving() -> None:
 
 async def test_the_real_clock_is_close_to_now() -> None:
     result = await CurrentTimeTool().run({"timezone": "UTC"}, CTX)
-    assert abs(datetime.fromisoformat(result["iso"]) - datetime.now(timezone.utc)) < timedelta(seconds=5)
+    assert abs(datetime.fromisoformat(result["iso"]) - datetime.now(UTC)) < timedelta(seconds=5)
 
 
 @pytest.mark.parametrize(
