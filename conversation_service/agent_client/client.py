@@ -18,7 +18,7 @@ import asyncio
 import re
 import uuid
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -44,7 +44,7 @@ API_KEY_HEADER = "X-API-Key"
 LAST_EVENT_ID_HEADER = "Last-Event-ID"
 
 # Visible ASCII only: the key travels in a header and is used by the service as a lookup key.
-_TOKEN_RE = re.compile(r"^[\x21-\x7e]{1,%d}$" % MAX_ID_CHARS)
+_TOKEN_RE = re.compile(rf"^[\x21-\x7e]{{1,{MAX_ID_CHARS}}}$")
 
 
 def _check_token(name: str, value: str) -> str:
@@ -93,7 +93,7 @@ class AgentServiceClient:
     def __repr__(self) -> str:
         return f"<AgentServiceClient {self.base_url}>"
 
-    async def __aenter__(self) -> AgentServiceClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

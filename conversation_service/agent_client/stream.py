@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import httpx
 import orjson
@@ -32,7 +32,7 @@ from conversation_service.agent_client.errors import (
 )
 from conversation_service.agent_client.retry import RetryEvent, call_with_retries
 from shared.protocol import TERMINAL_SESSION_STATUSES, EventEnvelope, EventType, SessionStatus
-from shared.sse import SSEDecoder, ServerSentEvent, decode_envelope
+from shared.sse import ServerSentEvent, SSEDecoder, decode_envelope
 
 if TYPE_CHECKING:
     from conversation_service.agent_client.client import AgentServiceClient
@@ -151,7 +151,7 @@ class AgentEventStream:
 
     # -- lifetime ---------------------------------------------------------------------------
 
-    async def __aenter__(self) -> AgentEventStream:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -19,9 +19,8 @@ from agent_service.tools.base import Tool
 from agent_service.tools.calculator import CalculatorTool
 from agent_service.tools.current_time import CurrentTimeTool
 from shared.llm.builtin import BuiltinProvider
-from tests.support.servers import serve_app
-
 from tests.integration.agent_client.fault_proxy import API_KEY
+from tests.support.servers import serve_app
 
 # The client is what is under test: a profile with the tools that need no document index.
 PROFILES = """

@@ -10,9 +10,9 @@ connection per request (no keep-alive) so each request line is seen.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import AsyncIterator
 
 # The key the Agent Service under test accepts.
 API_KEY = "integration-key-7f3a"

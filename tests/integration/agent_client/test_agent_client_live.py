@@ -10,6 +10,7 @@ from conversation_service.agent_client import (
     AgentBadRequestError,
     AgentClientConfig,
     AgentConflictError,
+    AgentConnectError,
     AgentNotFoundError,
     AgentServiceClient,
     RetryEvent,
@@ -24,6 +25,7 @@ from shared.protocol import (
     UserContext,
 )
 from tests.integration.agent_client.fault_proxy import API_KEY, Fault, FaultProxy
+from tests.support.servers import free_port
 
 # serve_app() asks uvicorn for its legacy "websockets" protocol, which warns when the server starts
 # and stops; this service has no WebSocket, the warnings say nothing about the client under test.
@@ -188,3 +190,16 @@ async def test_a_cut_before_the_first_event_retries_the_execute_and_joins_the_sa
     async with AgentServiceClient(agent_service_url, API_KEY) as direct:
         # One run only: the retry joined it through the Idempotency-Key.
         assert (await direct.get_session_status(stream.session_id)).last_seq == events[-1].seq
+
+
+async def test_a_service_that_is_down_is_retried_then_reported() -> None:
+    retried: list[RetryEvent] = []
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    async with AgentServiceClient(url, API_KEY, config=QUICK, on_retry=retried.append) as client:
+        stream = client.execute_agent(ask("hello"))
+        with pytest.raises(AgentConnectError) as info:
+            async with stream:
+                pass
+    assert stream.retries == 3 and [e.delay for e in retried] == [0.01, 0.02, 0.04]
+    assert len({e.error.__class__ for e in retried}) == 1
+    assert info.value.retryable and "reached" in info.value.user_message

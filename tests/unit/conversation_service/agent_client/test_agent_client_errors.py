@@ -72,18 +72,16 @@ def test_408_tells_the_user_instead_of_retrying() -> None:
     ],
 )
 def test_transport_errors_are_translated_in_one_place(raised: Exception, cls: type, retryable: bool) -> None:
-    with pytest.raises(cls) as info:
-        with translating_transport_errors():
-            raise raised
+    with pytest.raises(cls) as info, translating_transport_errors():
+        raise raised
     assert type(info.value) is cls
     assert info.value.retryable is retryable
     assert info.value.__cause__ is raised
 
 
 def test_non_transport_errors_pass_through_untranslated() -> None:
-    with pytest.raises(KeyError):
-        with translating_transport_errors():
-            raise KeyError("x")
+    with pytest.raises(KeyError), translating_transport_errors():
+        raise KeyError("x")
 
 
 def test_every_error_has_a_user_message_and_the_tree_has_one_root() -> None:

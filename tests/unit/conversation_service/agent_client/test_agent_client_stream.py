@@ -196,14 +196,20 @@ async def test_a_gap_in_the_sequence_is_a_protocol_error(client: AgentServiceCli
         b"id: 1\nevent: THOUGHT\ndata: {not json\n\n",
         b'id: 1\nevent: THOUGHT\ndata: {"seq": 1}\n\n',
         # the payload does not match its type
-        b'id: 1\nevent: THOUGHT\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"THOUGHT",'
-        b'"ts":"2026-01-01T00:00:00Z","data":{"nope":1}}\n\n',
+        (
+            b'id: 1\nevent: THOUGHT\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"THOUGHT",'
+            b'"ts":"2026-01-01T00:00:00Z","data":{"nope":1}}\n\n'
+        ),
         # the SSE id and the envelope's seq disagree
-        b'id: 2\nevent: THOUGHT\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"THOUGHT",'
-        b'"ts":"2026-01-01T00:00:00Z","data":{"text":"t"}}\n\n',
+        (
+            b'id: 2\nevent: THOUGHT\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"THOUGHT",'
+            b'"ts":"2026-01-01T00:00:00Z","data":{"text":"t"}}\n\n'
+        ),
         # the SSE event name and the envelope's type disagree
-        b'id: 1\nevent: COMPLETE\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"THOUGHT",'
-        b'"ts":"2026-01-01T00:00:00Z","data":{"text":"t"}}\n\n',
+        (
+            b'id: 1\nevent: COMPLETE\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"THOUGHT",'
+            b'"ts":"2026-01-01T00:00:00Z","data":{"text":"t"}}\n\n'
+        ),
         b"id: 1\nevent: THOUGHT\ndata: \xff\xfe\xfd\xfc\xfb\n\n",
     ],
 )
