@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -236,13 +235,6 @@ def _word_pieces(text: str) -> list[str]:
 async def running_fake_openai(fake: FakeOpenAI | None = None) -> AsyncIterator[tuple[FakeOpenAI, str]]:
     """Serve ``fake`` (a new one by default) on loopback; yields it and its API root (``.../v1``)."""
     from tests.support.servers import serve_app
-
-    with warnings.catch_warnings():
-        # serve_app asks uvicorn for its "websockets" protocol, a module that warns at import (it is
-        # deprecated and imports websockets.legacy); warnings are errors in the suite, so import it
-        # once quietly here. Nothing in this server uses WebSockets.
-        warnings.simplefilter("ignore")
-        import uvicorn.protocols.websockets.websockets_impl  # noqa: F401
 
     fake = fake or FakeOpenAI()
     async with serve_app(fake.app) as base_url:

@@ -2,14 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
-with warnings.catch_warnings():
-    # bpe-openai 0.1.4 loads its vocabularies through a deprecated importlib API at import time;
-    # shared/tokens.py imports it, and warnings are errors in this suite.
-    warnings.filterwarnings("ignore", message="open_binary is deprecated", category=DeprecationWarning)
-    import bpe_openai  # noqa: F401
-
 import logging
 
 import httpx
