@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
-
-with warnings.catch_warnings():
-    # The tokenizer's wheel loads its vocabulary through a deprecated importlib API.
-    warnings.filterwarnings("ignore", message="open_binary is deprecated", category=DeprecationWarning)
-    import bpe_openai  # noqa: F401
 
 import pytest
 

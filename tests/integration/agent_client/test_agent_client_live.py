@@ -27,14 +27,6 @@ from shared.protocol import (
 from tests.integration.agent_client.fault_proxy import API_KEY, Fault, FaultProxy
 from tests.support.servers import free_port
 
-# serve_app() asks uvicorn for its legacy "websockets" protocol, which warns when the server starts
-# and stops; this service has no WebSocket, the warnings say nothing about the client under test.
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore:The `websockets` implementation is deprecated"),
-    pytest.mark.filterwarnings("ignore:remove second argument of ws_handler:DeprecationWarning"),
-]
-
 USER = UserContext(user_id="u-1", org_id="org-1")
 QUICK = AgentClientConfig(retry_delays=(0.01, 0.02, 0.04), reconnect_delays=(0.01, 0.02, 0.04))
 
