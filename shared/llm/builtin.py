@@ -554,20 +554,21 @@ def _answer_from_tools(
 
 
 def _answer_for(name: str, arguments: dict[str, Any], result: Any, user_text: str) -> str:
+    error = _error_text(result)
     if name == ASK_USER:
+        if error is not None:
+            return f"I didn't get an answer to my question, so I can't go on with that ({error})."
         # The tool result of ask_user is the user's answer to the question.
-        answer = result if isinstance(result, str) else str(
-            (result.get("answer") or result.get("text")) if isinstance(result, dict) else result
-        )
+        answer = result.get("answer") or result.get("text") if isinstance(result, dict) else result
+        answer = str(answer or "")
         question = str(arguments.get("question", ""))
         if question == TRIP_QUESTION or _TRIP.search(user_text):
             return _plan_from_answer(answer).text
         return f"Thanks, noted: {answer}"
-    error = _error_text(result)
     if error is not None:
         what = f" {arguments['expression']}" if name == CALCULATOR and "expression" in arguments else ""
         return f"I couldn't complete that with the {name} tool{what}: {error}"
-    if name == CALCULATOR:
+    if name == CALCULATOR and isinstance(result, (dict, int, float)):
         value = result.get("result") if isinstance(result, dict) else result
         expression = arguments.get("expression", "the expression")
         return f"{expression} = {_format_number(value)}."
@@ -577,9 +578,9 @@ def _answer_for(name: str, arguments: dict[str, Any], result: Any, user_text: st
         date_text = result.get("date", "")
         weekday = result.get("weekday", "")
         return f"It is {time_text} ({zone}) on {weekday}, {date_text}.".replace(" , ", " ")
-    if name == KNOWLEDGE_SEARCH:
+    hits = result.get("results") if isinstance(result, dict) else result
+    if name == KNOWLEDGE_SEARCH and isinstance(hits, list):
         query = arguments.get("query", "that")
-        hits = result.get("results") if isinstance(result, dict) else result
         if not hits:
             return f'I found nothing in the documents about "{query}".'
         lines = [f'Here is what the documents say about "{query}":']
@@ -588,6 +589,7 @@ def _answer_for(name: str, arguments: dict[str, Any], result: Any, user_text: st
                 snippet = " ".join(str(hit.get("snippet", "")).split())
                 lines.append(f"- {hit.get('title', 'Untitled')} ({hit.get('path', '')}): {snippet}")
         return "\n".join(lines)
+    # A result this model cannot read (e.g. cut short by the engine): quote it.
     shown = result if isinstance(result, str) else orjson.dumps(result).decode()
     return f"The {name} tool returned: {shown[:500]}"
 

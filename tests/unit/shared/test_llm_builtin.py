@@ -299,3 +299,18 @@ async def test_concurrent_streams_do_not_interfere(model: BuiltinProvider) -> No
 def test_negative_delays_are_refused() -> None:
     with pytest.raises(ValueError):
         BuiltinProvider(first_token_delay=-1)
+
+
+def test_results_in_the_run_engines_shapes() -> None:
+    """The engine answers ask_user with {"answer": ...}, failures with {"error": ...}, and may cut
+    long results short (no longer JSON)."""
+    ask = ToolCall(id="a1", name="ask_user", arguments={"question": TRIP_QUESTION})
+    reply = decide([user("plan a trip"), assistant("", ask), tool_result(ask, {"answer": "Porto, 2 days"})], ALL_TOOLS)
+    assert reply.text.startswith("Here is a 2-day plan for Porto:")
+    expired = decide([user("plan a trip"), assistant("", ask), tool_result(ask, {"error": "question expired"})],
+                     ALL_TOOLS)
+    assert "question expired" in expired.text and "plan" not in expired.text.lower()
+    search = ToolCall(id="k1", name="knowledge_search", arguments={"query": "sse"})
+    cut = decide([user("search for sse"), assistant("", search), tool_result(search, '{"query": "sse", "res …[truncated]')],
+                 ALL_TOOLS)
+    assert cut.text.startswith("The knowledge_search tool returned: ")
