@@ -146,6 +146,17 @@ class HistoryExtractor:
         async with lock:
             return await self._compress(conversation_id, items, skipped)
 
+    async def _cache_get(self, conversation_id: str) -> CachedSummary | None:
+        # The cache saves LLM calls; when it cannot be read, summarise afresh rather than fail the turn.
+        try:
+            return await self._cache.get(conversation_id)
+        except Exception as exc:  # noqa: BLE001 - any cache failure degrades to no cache
+            logger.warning(
+                "history summary cache unreadable",
+                extra={"conversation_id": conversation_id, "reason": type(exc).__name__},
+            )
+            return None
+
     def _summary_message(self, summary: str) -> ChatMessage:
         return ChatMessage(role=Role.SYSTEM, content=SUMMARY_PREFIX + summary)
 
@@ -153,7 +164,7 @@ class HistoryExtractor:
         s = self.settings
         budget = s.token_budget
         index_of = {item.id: i for i, item in enumerate(items)}
-        cached = await self._cache.get(conversation_id)
+        cached = await self._cache_get(conversation_id)
         covered = index_of.get(cached.last_covered_message_id) if cached is not None else None
 
         # Between refreshes, messages past the cached summary stay verbatim while they still fit.
@@ -224,16 +235,21 @@ class HistoryExtractor:
         assert summary is not None
         covered_count = min(previous_count + len(pending) - omitted, len(older))
         summary_tokens = await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + summary)
-        await self._cache.put(
-            CachedSummary(
-                conversation_id=conversation_id,
-                summary=summary,
-                last_covered_message_id=older[-1].id,
-                covered_message_count=covered_count,
-                token_count=summary_tokens,
-                updated_at=utcnow(),
-            )
+        entry = CachedSummary(
+            conversation_id=conversation_id,
+            summary=summary,
+            last_covered_message_id=older[-1].id,
+            covered_message_count=covered_count,
+            token_count=summary_tokens,
+            updated_at=utcnow(),
         )
+        try:
+            await self._cache.put(entry)
+        except Exception as exc:  # noqa: BLE001 - the summary is still good for this turn
+            logger.warning(
+                "history summary not cached",
+                extra={"conversation_id": conversation_id, "reason": type(exc).__name__},
+            )
         return await self._finish_with(items, window, skipped, summary, covered_count, refreshed=True)
 
     async def _finish_with(

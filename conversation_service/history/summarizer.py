@@ -110,6 +110,9 @@ class Summarizer:
             raise SummaryError("summary timed out") from exc
         except LLMError as exc:
             raise SummaryError(f"summary failed: {type(exc).__name__}") from exc
+        except Exception as exc:
+            # A provider bug must not cost the user the agent: the window still goes out without it.
+            raise SummaryError(f"summary failed unexpectedly: {type(exc).__name__}") from exc
         summary = "".join(pieces).strip()
         if not summary:
             raise SummaryError("summary was empty")

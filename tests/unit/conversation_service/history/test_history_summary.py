@@ -180,3 +180,30 @@ async def test_history_rewritten_under_the_cache_is_summarised_from_scratch() ->
     await extractor.extract("c1", other)
     assert len(llm.calls) == 2
     assert llm.calls[1][1].content.startswith("Conversation:")
+
+
+class BrokenCache(InMemorySummaryCache):
+    def __init__(self) -> None:
+        super().__init__()
+        self.puts = 0
+
+    async def get(self, conversation_id: str):
+        raise ConnectionError("database unreachable")
+
+    async def put(self, entry) -> None:
+        self.puts += 1
+        raise ConnectionError("database unreachable")
+
+
+async def test_an_unreachable_cache_costs_an_llm_call_not_the_turn(caplog: pytest.LogCaptureFixture) -> None:
+    llm = ScriptedSummaryLLM()
+    cache = BrokenCache()
+    records = conversation(40)
+    result = await _extractor(llm, cache).extract("c1", records)
+    assert result.stats.summary_used and result.stats.summary_error is None
+    assert len(llm.calls) == 1 and cache.puts == 1
+    assert {"history summary cache unreadable", "history summary not cached"} <= {
+        r.getMessage() for r in caplog.records
+    }
+    # Message text never reaches the logs, only ids and error types.
+    assert all(records[-1].content not in r.getMessage() for r in caplog.records)
