@@ -12,7 +12,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
@@ -84,6 +84,12 @@ class ActiveRun:
     channel: SessionChannel
     task: asyncio.Task[None] | None = None
     cancel_requested: bool = False
+
+
+@dataclass
+class _SessionLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 def _error(code: ErrorCode, message: str) -> ErrorData:
@@ -246,7 +252,7 @@ class RunService:
         self._log = event_log
         # Serialises executes of one session inside this process; the database claim guards
         # against other processes.
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, _SessionLock] = {}
 
     # --- execute --------------------------------------------------------------------------
 
@@ -276,13 +282,17 @@ class RunService:
             if joined is not None:
                 return joined
         session_id = request.session_id or uuid.uuid4().hex
-        lock = self._locks.setdefault(session_id, asyncio.Lock())
-        async with lock:
-            try:
+        lock = self._locks.get(session_id)
+        if lock is None:
+            lock = self._locks[session_id] = _SessionLock()
+        lock.users += 1
+        try:
+            async with lock.lock:
                 return await self._start(request, idempotency_key, session_id, profile.name)
-            finally:
-                if not lock._waiters:  # noqa: SLF001 - drop idle locks so the dict does not grow
-                    self._locks.pop(session_id, None)
+        finally:
+            lock.users -= 1
+            if lock.users == 0:  # drop idle locks so the map does not grow with every session
+                self._locks.pop(session_id, None)
 
     async def _join(self, request: ExecuteRequest, key: str) -> RunHandle | None:
         async with self._sessionmaker() as db:
