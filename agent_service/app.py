@@ -28,6 +28,7 @@ from agent_service.runs.event_log import EventLog
 from agent_service.runs.service import RunManager, RunService
 from agent_service.runs.streaming import EventStreamer, StreamSettings
 from agent_service.sessions import router as sessions_router
+from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings
 from agent_service.tools.knowledge.indexer import index_knowledge
 from agent_service.tools.registry import build_registry
@@ -148,6 +149,7 @@ def create_app(
             app.state.run_service = RunService(
                 settings=settings, sessionmaker=sessionmaker, profiles=profiles, manager=manager, event_log=event_log
             )
+            app.state.session_service = SessionService(sessionmaker=sessionmaker, manager=manager, event_log=event_log)
             app.state.streamer = EventStreamer(
                 event_log, sessionmaker,
                 StreamSettings(

@@ -8,6 +8,8 @@ from fastapi import Depends, Request
 
 from agent_service.profiles.service import ProfileStore
 from agent_service.runs.service import RunService
+from agent_service.runs.streaming import EventStreamer
+from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings
 
 
@@ -23,6 +25,16 @@ def get_run_service(request: Request) -> RunService:
     return request.app.state.run_service
 
 
+def get_session_service(request: Request) -> SessionService:
+    return request.app.state.session_service
+
+
+def get_streamer(request: Request) -> EventStreamer:
+    return request.app.state.streamer
+
+
 SettingsDep = Annotated[AgentServiceSettings, Depends(get_settings)]
 ProfilesDep = Annotated[ProfileStore, Depends(get_profiles)]
 RunServiceDep = Annotated[RunService, Depends(get_run_service)]
+SessionServiceDep = Annotated[SessionService, Depends(get_session_service)]
+StreamerDep = Annotated[EventStreamer, Depends(get_streamer)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 
 from agent_service.errors import NotReady
 
@@ -21,7 +22,7 @@ async def ready(request: Request) -> dict[str, str]:
     try:
         async with request.app.state.db_engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
-    except Exception as exc:
+    except (SQLAlchemyError, OSError) as exc:
         raise NotReady(f"database unavailable: {type(exc).__name__}") from None
     return {"status": "ready", "database": "ok"}
 

@@ -7,7 +7,7 @@ the session's ``seq``.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, TypeDecorator
@@ -22,14 +22,14 @@ class UTCDateTime(TypeDecorator):
 
     def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
         if value is not None and value.tzinfo is not None:
-            value = value.astimezone(timezone.utc)
+            value = value.astimezone(UTC)
             if dialect.name == "sqlite":
                 value = value.replace(tzinfo=None)
         return value
 
     def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
         if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value
 
 

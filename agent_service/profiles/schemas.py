@@ -27,7 +27,7 @@ class Profile(BaseModel):
     approval_required_tools: list[str] = []
 
     @model_validator(mode="after")
-    def _approval_tools_are_tools(self) -> "Profile":
+    def _approval_tools_are_tools(self) -> Profile:
         unknown = set(self.approval_required_tools) - set(self.tools)
         if unknown:
             raise ValueError(f"approval_required_tools not in tools: {sorted(unknown)}")

@@ -20,7 +20,7 @@ class ProfileStore:
             self._profiles[profile.name] = profile
 
     @classmethod
-    def from_file(cls, path: Path) -> "ProfileStore":
+    def from_file(cls, path: Path) -> ProfileStore:
         with open(path, encoding="utf-8") as handle:
             raw = yaml.safe_load(handle)
         return cls(ProfilesFile.model_validate(raw).profiles)

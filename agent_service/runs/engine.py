@@ -21,8 +21,8 @@ from typing import Any, Protocol
 import orjson
 from pydantic import BaseModel
 
-from agent_service.profiles.schemas import Profile
 from agent_service.metrics import AgentMetrics
+from agent_service.profiles.schemas import Profile
 from agent_service.tools.ask_user import ASK_USER_TOOL_NAME, validate_question
 from agent_service.tools.base import Tool, ToolContext, ToolError
 from shared.llm.base import (
@@ -92,7 +92,7 @@ class RunState:
         }
 
     @classmethod
-    def from_json(cls, transcript: list[dict[str, Any]], data: dict[str, Any] | None) -> "RunState":
+    def from_json(cls, transcript: list[dict[str, Any]], data: dict[str, Any] | None) -> RunState:
         data = data or {}
         return cls(
             transcript=[LLMMessage.from_dict(m) for m in transcript],

@@ -24,7 +24,8 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.metrics import AgentMetrics
-from agent_service.runs.repository import EventRepository, SessionRepository
+from agent_service.runs.repository import EventRepository
+from agent_service.sessions.repository import SessionRepository
 from shared.protocol import EventEnvelope, EventType, utcnow
 from shared.sse import encode_envelope
 

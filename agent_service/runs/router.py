@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header
 from fastapi.responses import StreamingResponse
 
 from agent_service.auth import ApiKey
-from agent_service.deps import RunServiceDep
+from agent_service.deps import RunServiceDep, StreamerDep
 from shared.protocol import ErrorBody, ExecuteRequest
 from shared.sse import SSE_MEDIA_TYPE
 
@@ -33,7 +33,7 @@ async def execute(
     body: ExecuteRequest,
     _: ApiKey,
     service: RunServiceDep,
-    request: Request,
+    streamer: StreamerDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=128)] = None,
 ) -> StreamingResponse:
     """Start a run (or resume a paused one with ``answer``) and stream its events.
@@ -42,7 +42,6 @@ async def execute(
     ``/sessions/{id}/events`` with ``Last-Event-ID``, or retries with the same ``Idempotency-Key``.
     """
     handle = await service.execute(body, idempotency_key)
-    streamer = request.app.state.streamer
     return StreamingResponse(
         streamer.stream(handle.session_id, handle.first_seq - 1, until_run=handle.run_id),
         media_type=SSE_MEDIA_TYPE,

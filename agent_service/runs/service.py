@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -24,7 +24,6 @@ from agent_service.errors import (
     InvalidRequest,
     MessageTooLarge,
     NotAwaitingUser,
-    NothingToCancel,
     QuestionExpired,
     QuestionMismatch,
     QuestionPending,
@@ -46,14 +45,14 @@ from agent_service.runs.engine import (
     close_pending_calls,
 )
 from agent_service.runs.event_log import EventLog, SessionChannel
-from agent_service.runs.repository import RunRepository, SessionRepository
+from agent_service.runs.repository import RunRepository
 from agent_service.runs.schemas import RunHandle
+from agent_service.sessions.repository import SessionRepository
 from agent_service.settings import AgentServiceSettings
 from shared.llm.base import LLMMessage
 from shared.logging import session_id_var
 from shared.protocol import (
     AskUserData,
-    AskUserKind,
     CompleteData,
     ErrorCode,
     ErrorData,
@@ -61,7 +60,6 @@ from shared.protocol import (
     ExecuteRequest,
     PendingQuestion,
     SessionStatus,
-    SessionStatusResponse,
     UserContext,
     utcnow,
 )
@@ -92,7 +90,7 @@ class _SessionLock:
     users: int = 0
 
 
-def _error(code: ErrorCode, message: str) -> ErrorData:
+def run_error(code: ErrorCode, message: str) -> ErrorData:
     return ErrorData(code=code.value, message=message, retryable=RUN_ERROR_RETRYABLE.get(code, False))
 
 
@@ -154,10 +152,10 @@ class RunManager:
         now = utcnow()
         if isinstance(outcome, Completed):
             type_, data = EventType.COMPLETE, CompleteData(answer=outcome.answer, usage=outcome.usage)
-            session_values = dict(
-                status=SessionStatus.COMPLETED.value, transcript=[m.to_dict() for m in state.transcript],
-                run_state=None, pending_question=None,
-            )
+            session_values = {
+                "status": SessionStatus.COMPLETED.value, "transcript": [m.to_dict() for m in state.transcript],
+                "run_state": None, "pending_question": None,
+            }
             run_status, error_code = SessionStatus.COMPLETED.value, None
             self._metrics.runs_completed.inc()
         elif isinstance(outcome, Paused):
@@ -168,18 +166,18 @@ class RunManager:
                 args=q.args,
             )
             pending = q.model_dump(mode="json") | {"call_id": outcome.call_id}
-            session_values = dict(
-                status=SessionStatus.AWAITING_USER.value, transcript=[m.to_dict() for m in state.transcript],
-                run_state=state.to_json(), pending_question=pending,
-            )
+            session_values = {
+                "status": SessionStatus.AWAITING_USER.value, "transcript": [m.to_dict() for m in state.transcript],
+                "run_state": state.to_json(), "pending_question": pending,
+            }
             run_status, error_code = SessionStatus.AWAITING_USER.value, None
             self._metrics.runs_paused.inc()
         else:
-            type_, data = EventType.ERROR, _error(outcome.code, outcome.message)
+            type_, data = EventType.ERROR, run_error(outcome.code, outcome.message)
             status = SessionStatus.CANCELLED if outcome.code is ErrorCode.CANCELLED else SessionStatus.FAILED
-            session_values = dict(
-                status=status.value, transcript=run.start_transcript, run_state=None, pending_question=None
-            )
+            session_values = {
+                "status": status.value, "transcript": run.start_transcript, "run_state": None, "pending_question": None
+            }
             run_status, error_code = status.value, outcome.code.value
             self._metrics.runs_failed.labels(outcome.code.value).inc()
 
@@ -219,7 +217,7 @@ class RunManager:
                 run_id = session.current_run_id or "recovery"
                 await self._log.append_direct(
                     db, session_id, run_id, session.last_seq + 1, EventType.ERROR,
-                    _error(ErrorCode.INTERRUPTED, "the service restarted while the run was executing"),
+                    run_error(ErrorCode.INTERRUPTED, "the service restarted while the run was executing"),
                 )
                 await sessions.update(session_id, status=SessionStatus.FAILED.value, updated_at=now, run_state=None,
                                       pending_question=None)
@@ -446,7 +444,7 @@ class RunService:
         close_pending_calls(state, "the user did not answer in time")
         await self._log.append_direct(
             db, session.id, session.current_run_id or "expired", session.last_seq + 1, EventType.ERROR,
-            _error(ErrorCode.QUESTION_EXPIRED, "the question expired before it was answered"),
+            run_error(ErrorCode.QUESTION_EXPIRED, "the question expired before it was answered"),
         )
         await SessionRepository(db).update(
             session.id, status=SessionStatus.FAILED.value, pending_question=None, run_state=None,
@@ -456,51 +454,3 @@ class RunService:
         session.last_seq += 1
         session.transcript = [m.to_dict() for m in state.transcript]
         session.pending_question = None
-
-    # --- sessions -------------------------------------------------------------------------
-
-    async def status(self, session_id: str) -> SessionStatusResponse:
-        async with self._sessionmaker() as db:
-            session = await SessionRepository(db).get(session_id)
-        if session is None:
-            raise SessionNotFound(f"no session {session_id!r}")
-        last_seq = session.last_seq
-        channel = self._log.channel(session_id)
-        if channel is not None:
-            # The log may lag the live run by one group-commit interval.
-            last_seq = max(last_seq, channel.last_seq)
-        pending = session.pending_question
-        return SessionStatusResponse(
-            session_id=session.id, profile_name=session.profile_name, status=SessionStatus(session.status),
-            pending_question=PendingQuestion.model_validate(pending) if pending else None, last_seq=last_seq,
-            current_run_id=session.current_run_id, created_at=session.created_at, updated_at=session.updated_at,
-        )
-
-    async def ensure_session(self, session_id: str) -> None:
-        async with self._sessionmaker() as db:
-            if await SessionRepository(db).get(session_id) is None:
-                raise SessionNotFound(f"no session {session_id!r}")
-
-    async def cancel(self, session_id: str) -> SessionStatusResponse:
-        if await self._manager.cancel(session_id):
-            return await self.status(session_id)
-        async with self._sessionmaker.begin() as db:
-            sessions = SessionRepository(db)
-            session = await sessions.get_for_update(session_id)
-            if session is None:
-                raise SessionNotFound(f"no session {session_id!r}")
-            if session.status == SessionStatus.ACTIVE.value:
-                raise NothingToCancel("the run is executing in another process of the service; cancel it there")
-            if session.status != SessionStatus.AWAITING_USER.value:
-                raise NothingToCancel(f"session is {session.status}; there is nothing to cancel")
-            state = RunState.from_json(session.transcript, session.run_state)
-            close_pending_calls(state, "the user cancelled the run")
-            await self._log.append_direct(
-                db, session_id, session.current_run_id or "cancel", session.last_seq + 1, EventType.ERROR,
-                _error(ErrorCode.CANCELLED, "the run was cancelled"),
-            )
-            await sessions.update(
-                session_id, status=SessionStatus.CANCELLED.value, pending_question=None, run_state=None,
-                transcript=[m.to_dict() for m in state.transcript], updated_at=utcnow(),
-            )
-        return await self.status(session_id)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.runs.event_log import EventLog
-from agent_service.runs.repository import EventRepository, SessionRepository
+from agent_service.runs.repository import EventRepository
+from agent_service.sessions.repository import SessionRepository
 from shared.protocol import EventEnvelope, SessionStatus
 from shared.sse import encode_comment, encode_envelope, encode_retry
 

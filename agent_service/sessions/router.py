@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import StreamingResponse
 
 from agent_service.auth import ApiKey
-from agent_service.deps import RunServiceDep
+from agent_service.deps import SessionServiceDep, StreamerDep
 from agent_service.errors import InvalidRequest
 from agent_service.runs.router import SSE_HEADERS
 from shared.protocol import MAX_ID_CHARS, ErrorBody, SessionStatusResponse
@@ -22,7 +22,7 @@ _ERRORS = {
 
 
 @router.get("/{session_id}", response_model=SessionStatusResponse, responses=_ERRORS)
-async def session_status(session_id: SessionId, _: ApiKey, service: RunServiceDep) -> SessionStatusResponse:
+async def session_status(session_id: SessionId, _: ApiKey, service: SessionServiceDep) -> SessionStatusResponse:
     return await service.status(session_id)
 
 
@@ -34,8 +34,8 @@ async def session_status(session_id: SessionId, _: ApiKey, service: RunServiceDe
 async def session_events(
     session_id: SessionId,
     _: ApiKey,
-    service: RunServiceDep,
-    request: Request,
+    service: SessionServiceDep,
+    streamer: StreamerDep,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=20)] = None,
     after: Annotated[int | None, Query(ge=0)] = None,
 ) -> StreamingResponse:
@@ -46,7 +46,6 @@ async def session_events(
             raise InvalidRequest("Last-Event-ID must be a non-negative integer (an event's seq)")
         start = max(start or 0, int(last_event_id.strip()))
     await service.ensure_session(session_id)
-    streamer = request.app.state.streamer
     return StreamingResponse(
         streamer.stream(session_id, start or 0), media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS
     )
@@ -57,6 +56,6 @@ async def session_events(
     response_model=SessionStatusResponse,
     responses={**_ERRORS, 409: {"model": ErrorBody, "description": "nothing to cancel"}},
 )
-async def cancel_session(session_id: SessionId, _: ApiKey, service: RunServiceDep) -> SessionStatusResponse:
+async def cancel_session(session_id: SessionId, _: ApiKey, service: SessionServiceDep) -> SessionStatusResponse:
     """Cancel the running or paused run; it ends with ERROR ``CANCELLED``."""
     return await service.cancel(session_id)
