@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
@@ -26,7 +26,7 @@ from shared.protocol import (
     Usage,
 )
 
-TS = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+TS = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 PAYLOADS = {
     EventType.THOUGHT: ThoughtData(text="I should add.", step=1),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -16,7 +16,7 @@ from shared.sse import (
     encode_retry,
 )
 
-TS = datetime(2026, 1, 2, tzinfo=timezone.utc)
+TS = datetime(2026, 1, 2, tzinfo=UTC)
 
 
 def _envelope(seq: int, text: str = "hi") -> EventEnvelope:
