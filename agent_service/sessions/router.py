@@ -2,19 +2,28 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query
 from fastapi.responses import StreamingResponse
 
 from agent_service.auth import ApiKey
 from agent_service.deps import SessionServiceDep, StreamerDep
 from agent_service.errors import InvalidRequest
 from agent_service.runs.router import SSE_HEADERS
+from shared.logging import session_id_var
 from shared.protocol import MAX_ID_CHARS, ErrorBody, SessionStatusResponse
 from shared.sse import SSE_MEDIA_TYPE
 
 router = APIRouter(prefix="/api/v1/agent/sessions", tags=["sessions"])
 
-SessionId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
+
+
+async def _bind_session_id(session_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]) -> str:
+    # Every log line of this request carries the session it is about.
+    session_id_var.set(session_id)
+    return session_id
+
+
+SessionId = Annotated[str, Depends(_bind_session_id)]
 _ERRORS = {
     401: {"model": ErrorBody, "description": "missing or invalid X-API-Key"},
     404: {"model": ErrorBody, "description": "unknown session"},

@@ -65,7 +65,7 @@ class AgentClient:
 
     async def stream(
         self, method: str, path: str, *, json: Any = None, headers: dict[str, str] | None = None,
-        stop_after: int | None = None, stop_on_comment: bool = False,
+        stop_after: int | None = None, stop_on_comment: bool = False, on_event=None,
     ) -> StreamResult:
         """Read SSE events until the server ends the stream, or drop it after ``stop_after`` events."""
         decoder = SSEDecoder()
@@ -81,6 +81,8 @@ class AgentClient:
                     result.retry = int(chunk.split(b"\n", 1)[0].split(b":", 1)[1])
                 for event in decoder.feed(chunk):
                     result.events.append(decode_envelope(event))
+                    if on_event is not None:
+                        on_event(result.events[-1])
                 result.comments = decoder.comments
                 if stop_after is not None and len(result.events) >= stop_after:
                     break

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import orjson
 
 from shared.sse import SSEDecoder, decode_envelope
 from tests.support.servers import ServiceProcess
@@ -92,7 +93,7 @@ async def test_answer_resumes_after_a_process_restart(database_url: str, tmp_pat
         "LLM_BUILTIN_FIRST_TOKEN_MS": "0",
         "LLM_BUILTIN_CHUNK_DELAY_MS": "0",
     }
-    headers = {"X-API-Key": "restart-key"}
+    headers = {"X-API-Key": "restart-key", "X-Request-ID": "req-restart-1"}
     first = ServiceProcess("agent_service", env)
     await first.start(tmp_path)
     try:
@@ -122,6 +123,11 @@ async def test_answer_resumes_after_a_process_restart(database_url: str, tmp_pat
             )
     finally:
         await second.stop()
+    # Logs are JSON lines carrying the request and session they belong to, never message bodies.
+    lines = [orjson.loads(line) for line in second.logs().splitlines() if line.startswith("{")]
+    ended = [line for line in lines if line.get("msg") == "run ended"]
+    assert ended and ended[0]["session_id"] == ask.session_id and ended[0]["request_id"] == "req-restart-1"
+    assert not any("Kyoto" in line.get("msg", "") for line in lines)
     assert resumed[0].seq == ask.seq + 1
     assert resumed[-1].type.value == "COMPLETE"
     assert "Kyoto" in resumed[-1].data["answer"]
