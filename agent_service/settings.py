@@ -28,7 +28,8 @@ class AgentServiceSettings(BaseSettings):
     sse_retry_ms: Annotated[int, Field(ge=0)] = 3000
     max_message_chars: Annotated[int, Field(gt=0)] = 32_000
     profiles_file: Path = PACKAGE_DIR / "profiles.yaml"
-    knowledge_dir: Path = REPO_ROOT / "docs"
+    # Folder of documents knowledge_search answers from; unset: the project's docs/ and README.md.
+    knowledge_dir: Path | None = None
     ask_user_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
     group_commit_ms: Annotated[float, Field(ge=0)] = 50.0
     # None: migrate on start only for SQLite (the embedded default); PostgreSQL is migrated explicitly.
