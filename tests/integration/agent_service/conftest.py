@@ -138,9 +138,10 @@ class Database:
 
 
 def make_settings(database_url: str, **overrides: Any) -> AgentServiceSettings:
-    values: dict[str, Any] = dict(
-        database_url=database_url, api_keys=[API_KEY, OLD_API_KEY], migrate_on_start=True, group_commit_ms=20,
-    )
+    values: dict[str, Any] = {
+        "database_url": database_url, "api_keys": [API_KEY, OLD_API_KEY], "migrate_on_start": True,
+        "group_commit_ms": 20,
+    }
     values.update(overrides)
     return AgentServiceSettings(**values)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -46,7 +46,7 @@ class ScriptedProvider:
 
     async def stream(
         self, messages: Sequence[LLMMessage], *, tools: Sequence[ToolSpec] = (),
-        options: CompletionOptions = CompletionOptions(),
+        options: CompletionOptions = CompletionOptions(),  # noqa: B008 - the interface's own default
     ) -> AsyncIterator[LLMEvent]:
         self.calls.append((list(messages), [t.name for t in tools]))
         turn = self.turns.pop(0)
@@ -62,7 +62,7 @@ class ScriptedProvider:
 class AddTool(Tool):
     name = "add"
     description = "Adds a and b."
-    parameters = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         if not isinstance(args.get("a"), (int, float)) or not isinstance(args.get("b"), (int, float)):
@@ -90,7 +90,7 @@ class Recorder:
 
 
 def _profile(**overrides) -> Profile:
-    values = dict(name="p", system_prompt="sys", tools=["add", "ask_user"], max_steps=4)
+    values: dict[str, Any] = {"name": "p", "system_prompt": "sys", "tools": ["add", "ask_user"], "max_steps": 4}
     values.update(overrides)
     return Profile(**values)
 
@@ -230,7 +230,7 @@ async def test_approval_required_tool(approved: bool) -> None:
     rec = Recorder()
     outcome = await engine.run(_ctx(profile), state, rec, Resume(AskUserKind.APPROVAL, "", approved))
     assert isinstance(outcome, Completed)
-    tool_message = [m for m in provider.calls[1][0] if m.role == "tool"][0]
+    tool_message = next(m for m in provider.calls[1][0] if m.role == "tool")
     if approved:
         assert rec.types()[:2] == [EventType.TOOL_START, EventType.TOOL_END]
         assert '"result":9' in tool_message.content
