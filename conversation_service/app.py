@@ -16,12 +16,24 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from conversation_service.agent_client import AgentServiceClient
+from conversation_service.agent_delegation.breaker import BreakerState, CircuitBreaker
+from conversation_service.agent_delegation.cleanup import QuestionExpiryJob
+from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
+from conversation_service.agent_delegation.health import AgentHealthMonitor
+from conversation_service.agent_delegation.processor import AgentEventProcessor
+from conversation_service.agent_delegation.router import router as agent_router
+from conversation_service.agent_delegation.service import AgentDelegation
+from conversation_service.agent_delegation.settings import DelegationSettings
 from conversation_service.conversations.router import router as conversations_router
 from conversation_service.db import migrate
 from conversation_service.db.repository import unit_of_work
 from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.errors import install_error_handlers
 from conversation_service.health import router as health_router
+from conversation_service.history.extractor import HistoryExtractor
+from conversation_service.history.repository import DatabaseSummaryCache
+from conversation_service.history.settings import HistorySettings
 from conversation_service.limits import BodySizeLimitMiddleware
 from conversation_service.messages.dispatch import DirectReplyDispatcher, ReplyDispatcher
 from conversation_service.messages.router import router as messages_router
@@ -32,6 +44,8 @@ from conversation_service.realtime.repository import FrameRepository
 from conversation_service.realtime.router import router as ws_router
 from conversation_service.realtime.seq import InProcessSeqAllocator, RedisSeqAllocator, SeqAllocator
 from conversation_service.realtime.writer import FrameWriter
+from conversation_service.routing.router import MessageRouter
+from conversation_service.routing.settings import RoutingSettings
 from conversation_service.settings import ConversationSettings
 from conversation_service.state import ServiceState
 from conversation_service.tasks import TaskSupervisor
@@ -43,11 +57,16 @@ log = logging.getLogger(__name__)
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 
-# Builds the dispatcher from the started resources; the default answers everything directly.
+# Builds the dispatcher from the started resources; the default routes between agent and LLM.
 DispatcherFactory = Callable[[ServiceState], ReplyDispatcher]
 
 
 def _default_dispatcher(state: ServiceState) -> ReplyDispatcher:
+    return state.agent_dispatcher
+
+
+def direct_only_dispatcher(state: ServiceState) -> ReplyDispatcher:
+    """Every message to the direct LLM (used where the agent path is deliberately absent)."""
     return DirectReplyDispatcher(state.replier, state.tasks)
 
 
@@ -61,8 +80,14 @@ def create_app(
     settings: ConversationSettings | None = None,
     *,
     dispatcher_factory: DispatcherFactory = _default_dispatcher,
+    delegation_settings: DelegationSettings | None = None,
+    routing_settings: RoutingSettings | None = None,
+    history_settings: HistorySettings | None = None,
 ) -> FastAPI:
     settings = settings or ConversationSettings()
+    delegation_settings = delegation_settings or DelegationSettings()
+    routing_settings = routing_settings or RoutingSettings()
+    history_settings = history_settings or HistorySettings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -103,17 +128,68 @@ def create_app(
             sessionmaker, llm, publisher, metrics,
             history_messages=settings.direct_history_messages, system_prompt=settings.direct_system_prompt,
         )
+        # Agent delegation: the SDK client (its own pool and timeouts), the breaker, routing, history.
+        if settings.agent_routing_enabled and not settings.agent_service_api_key.get_secret_value():
+            log.warning("AGENT_SERVICE_API_KEY is not set: agent routing is disabled")
+            routing = routing_settings.model_copy(update={"enabled": False})
+        else:
+            routing = routing_settings.model_copy(
+                update={"enabled": routing_settings.enabled and settings.agent_routing_enabled}
+            )
+        agent_client = AgentServiceClient(
+            settings.agent_service_url,
+            settings.agent_service_api_key.get_secret_value() or "unset",
+            config=delegation_settings.client_config(),
+        )
+
+        def breaker_changed(new_state: BreakerState) -> None:
+            metrics.agent_breaker_transitions.labels(state=new_state.value).inc()
+            metrics.agent_breaker_state.set({BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}[new_state])
+            log.warning("agent circuit breaker changed", extra={"breaker_state": new_state.value})
+
+        breaker = CircuitBreaker(
+            failure_threshold=delegation_settings.agent_breaker_failures,
+            window_seconds=delegation_settings.agent_breaker_window_s,
+            open_seconds=delegation_settings.agent_breaker_open_s,
+            on_change=breaker_changed,
+        )
+        history = HistoryExtractor(
+            history_settings, llm=llm, summary_cache=DatabaseSummaryCache(sessionmaker), registry=metrics.registry
+        )
+        processor = AgentEventProcessor(
+            sessionmaker, publisher, metrics,
+            queue_size=delegation_settings.agent_event_queue_size,
+            ask_user_timeout_s=delegation_settings.ask_user_timeout_s,
+        )
+        delegation = AgentDelegation(
+            sessionmaker=sessionmaker, client=agent_client, breaker=breaker, history=history, processor=processor,
+            replier=replier, publisher=publisher, metrics=metrics, settings=delegation_settings,
+        )
+        agent_dispatcher = AgentReplyDispatcher(
+            sessionmaker=sessionmaker, router=MessageRouter(routing, registry=metrics.registry), breaker=breaker,
+            delegation=delegation, replier=replier, tasks=tasks,
+        )
+        expiry = QuestionExpiryJob(
+            delegation, interval_s=delegation_settings.agent_cleanup_interval_s,
+            batch=delegation_settings.agent_cleanup_batch,
+        )
         state = ServiceState(
             settings=settings, engine=engine, sessionmaker=sessionmaker, http_client=http_client, llm=llm,
             hub=hub, publisher=publisher, tasks=tasks, replier=replier, dispatcher=None,  # type: ignore[arg-type]
-            metrics=metrics,
+            metrics=metrics, agent_client=agent_client, breaker=breaker, delegation=delegation,
+            agent_dispatcher=agent_dispatcher, agent_health=AgentHealthMonitor(
+                agent_client, breaker, metrics, cache_s=delegation_settings.agent_health_cache_s),
+            question_expiry=expiry,
         )
         state.dispatcher = dispatcher_factory(state)
         app.state.services = state
+        expiry.start()
         try:
             yield
         finally:
+            await expiry.close()
             await tasks.close()
+            await agent_client.aclose()
             await writer.close()
             await hub.close()
             await seq.close()
@@ -131,6 +207,7 @@ def create_app(
     app.include_router(health_router)
     app.include_router(conversations_router)
     app.include_router(messages_router)
+    app.include_router(agent_router)
     app.include_router(ws_router)
     app.mount("/ui", StaticFiles(directory=UI_DIR), name="ui")
 

@@ -49,6 +49,12 @@ class Conflict(ServiceError):
     ws_close_code = WS_TRY_AGAIN_LATER
 
 
+class Gone(ServiceError):
+    status_code = 410
+    error = "gone"
+    ws_close_code = WS_POLICY_VIOLATION
+
+
 class PayloadTooLarge(ServiceError):
     status_code = 413
     error = "payload_too_large"

@@ -21,9 +21,12 @@ async def health(state: StateDep, response: Response) -> dict:
     except Exception:
         checks["database"] = "unavailable"
     checks["hub"] = type(state.hub).__name__
+    # The chat works without the agent (direct LLM fallback): its absence degrades, never fails, us.
+    agent = await state.agent_health.check()
     ok = checks["database"] == "ok"
     response.status_code = 200 if ok else 503
-    return {"status": "ok" if ok else "degraded", "checks": checks}
+    status = "ok" if ok and agent["status"] == "ok" and agent["breaker"] == "closed" else "degraded"
+    return {"status": status if ok else "unavailable", "checks": checks, "agent_service": agent}
 
 
 @router.get("/metrics", include_in_schema=False)

@@ -48,3 +48,40 @@ class ConversationMetrics:
             "conversation_ws_slow_consumers_total", "Clients closed for falling behind", registry=r
         )
         self.ws_frames_sent = Counter("conversation_ws_frames_sent_total", "Frames sent to clients", registry=r)
+
+        # Agent delegation (spec Story 8 monitoring: delegation rate, latency, errors, breaker).
+        self.agent_turns = Counter(
+            "conversation_agent_turns_total",
+            "Delegated messages by outcome (complete, ask_user, agent_error, interrupted, fallback, failed)",
+            ["outcome"], registry=r,
+        )
+        self.agent_first_chunk_seconds = Histogram(
+            "conversation_agent_first_chunk_seconds", "From delegation start to the first agent event received",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5), registry=r,
+        )
+        self.agent_event_processing_seconds = Histogram(
+            "conversation_agent_event_processing_seconds",
+            "From an agent SSE event received to its frame published (spec: < 50 ms p95)",
+            ["type"], buckets=_FAST, registry=r,
+        )
+        self.agent_retries = Counter(
+            "conversation_agent_retries_total", "Agent Service calls repeated, by kind (retry, reconnect)", ["kind"],
+            registry=r,
+        )
+        self.agent_dead_letters = Counter(
+            "conversation_agent_dead_letters_total", "Delegations written to dead_letters, by error code", ["code"],
+            registry=r,
+        )
+        self.agent_breaker_state = Gauge(
+            "conversation_agent_breaker_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open", registry=r
+        )
+        self.agent_breaker_transitions = Counter(
+            "conversation_agent_breaker_transitions_total", "Circuit breaker state changes", ["state"], registry=r
+        )
+        self.agent_up = Gauge(
+            "conversation_agent_service_up", "1 when the last Agent Service health check answered ok", registry=r
+        )
+        self.ask_user_questions = Counter(
+            "conversation_ask_user_total", "ASK_USER questions by outcome (asked, answered, expired)", ["outcome"],
+            registry=r,
+        )

@@ -7,6 +7,12 @@ from dataclasses import dataclass
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+from conversation_service.agent_client import AgentServiceClient
+from conversation_service.agent_delegation.breaker import CircuitBreaker
+from conversation_service.agent_delegation.cleanup import QuestionExpiryJob
+from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
+from conversation_service.agent_delegation.health import AgentHealthMonitor
+from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.messages.dispatch import ReplyDispatcher
 from conversation_service.metrics import ConversationMetrics
@@ -30,3 +36,9 @@ class ServiceState:
     replier: DirectLLMReplier
     dispatcher: ReplyDispatcher
     metrics: ConversationMetrics
+    agent_client: AgentServiceClient
+    breaker: CircuitBreaker
+    delegation: AgentDelegation
+    agent_dispatcher: AgentReplyDispatcher
+    agent_health: AgentHealthMonitor
+    question_expiry: QuestionExpiryJob

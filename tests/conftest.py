@@ -16,6 +16,9 @@ from tests.support.databases import (
 
 # The suite never talks to a real LLM: the built-in offline model unless a test says otherwise.
 os.environ.setdefault("LLM_PROVIDER", "builtin")
+# ...at full speed: the pace of a real model is for people, tests wait for nothing.
+os.environ.setdefault("LLM_BUILTIN_FIRST_TOKEN_MS", "0")
+os.environ.setdefault("LLM_BUILTIN_CHUNK_DELAY_MS", "0")
 
 
 @pytest.fixture(params=backends())

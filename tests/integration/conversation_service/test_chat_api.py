@@ -44,7 +44,7 @@ async def test_rest_crud_and_idempotent_client_message_id(database_url: str) -> 
         first = await client.post(f"{base}/conversations/{conv['id']}/messages", json=body, headers=auth("alice"))
         assert first.status_code == 202, first.text
         accepted = first.json()
-        assert accepted["route"] == {"target": "direct_llm", "reason": "direct_default"}
+        assert accepted["route"] == {"target": "direct_llm", "reason": "routing_disabled"}
         assert accepted["duplicate"] is False
         await app.state.services.tasks.join()
 

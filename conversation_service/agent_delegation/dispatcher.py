@@ -1,0 +1,94 @@
+"""The routing ``ReplyDispatcher``: decides per message between the agent and the direct LLM.
+
+Order of checks for a stored user message:
+1. a pending ASK_USER question in the conversation: the message is its answer (configurable);
+   an expired question is expired first (the user is told) and the message starts afresh;
+2. the ``MessageRouter`` (no network call): explicit /agent or @agent, an open agent session,
+   intent keywords, per-org/user switches, and the circuit breaker's state;
+3. the reply starts as a background task; the decision is returned for the 202 at once.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from conversation_service.agent_delegation.breaker import CircuitBreaker
+from conversation_service.agent_delegation.repository import InteractionRepository
+from conversation_service.agent_delegation.service import AgentDelegation, TurnRequest
+from conversation_service.agent_sessions.repository import AgentSessionRepository
+from conversation_service.db.models import AgentSessionStatus, Conversation, Message
+from conversation_service.db.repository import unit_of_work
+from conversation_service.direct_llm.replier import DirectLLMReplier
+from conversation_service.messages.dispatch import RouteDecision
+from conversation_service.routing.router import MessageRouter
+from conversation_service.routing.schemas import RouteTarget
+from conversation_service.tasks import TaskSupervisor
+from shared.protocol import Answer, utcnow
+
+AGENT = "agent"
+DIRECT = "direct_llm"
+PENDING_QUESTION = "pending_question"
+
+
+class AgentReplyDispatcher:
+    def __init__(
+        self,
+        *,
+        sessionmaker: async_sessionmaker,
+        router: MessageRouter,
+        breaker: CircuitBreaker,
+        delegation: AgentDelegation,
+        replier: DirectLLMReplier,
+        tasks: TaskSupervisor,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._router = router
+        self._breaker = breaker
+        self._delegation = delegation
+        self._replier = replier
+        self._tasks = tasks
+
+    async def dispatch(self, conversation: Conversation, user_message: Message) -> RouteDecision:
+        async with unit_of_work(self._sessionmaker) as session:
+            open_row = await AgentSessionRepository(session).get_open_for_conversation(conversation.id)
+            pending = None
+            if open_row is not None and open_row.status == AgentSessionStatus.AWAITING_USER.value:
+                pending = await InteractionRepository(session).pending_for_conversation(conversation.id)
+
+        if pending is not None and self._delegation.settings.ask_user_chat_message_is_answer:
+            if pending.expires_at > utcnow():
+                async with unit_of_work(self._sessionmaker) as session:
+                    claimed = await InteractionRepository(session).mark_answered(pending.question_id, user_message.id)
+                if claimed:
+                    answer = Answer(question_id=pending.question_id, text=user_message.content)
+                    self.start_agent_turn(conversation, user_message, TurnRequest(
+                        text=user_message.content, answer=answer, route_reason=PENDING_QUESTION))
+                    return RouteDecision(target=AGENT, reason=PENDING_QUESTION)
+            else:
+                await self._delegation.expire_question(pending)
+                open_row = None  # the session was abandoned: this message starts a fresh one
+
+        decision = self._router.route(
+            user_message.content,
+            user_id=conversation.owner_id,
+            org_id=conversation.org_id,
+            has_active_session=open_row is not None,
+            agent_available=self._breaker.allows_calls,
+        )
+        if decision.target is RouteTarget.AGENT:
+            self.start_agent_turn(
+                conversation, user_message, TurnRequest(text=decision.message, route_reason=decision.reason.value)
+            )
+            return RouteDecision(target=AGENT, reason=decision.reason.value)
+        notice = ("agent_unavailable", decision.notice) if decision.notice else None
+        self._tasks.spawn(
+            self._replier.reply(conversation, user_message, notice=notice,
+                                agent_metadata={"route_reason": decision.reason.value}),
+            name=f"direct-reply:{user_message.id}",
+        )
+        return RouteDecision(target=DIRECT, reason=decision.reason.value)
+
+    def start_agent_turn(self, conversation: Conversation, user_message: Message, request: TurnRequest) -> None:
+        self._tasks.spawn(
+            self._delegation.run_turn(conversation, user_message, request), name=f"agent-turn:{user_message.id}"
+        )

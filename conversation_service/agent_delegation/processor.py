@@ -1,0 +1,343 @@
+"""``AgentEventProcessor``: turns the Agent Service's events into conversation updates.
+
+The SSE reader and the processing are decoupled by a bounded queue: the reader never waits on the
+database or on WebSocket fan-out unless the processor falls ``agent_event_queue_size`` events
+behind (then it applies back-pressure to the agent stream rather than buffering without limit).
+
+Mapping (DESIGN §5):
+
+    THOUGHT       -> agent.thinking
+    TOOL_START    -> agent.tool_start      (tool status kept in the message's agent metadata)
+    TOOL_END      -> agent.tool_end        (idem; metadata written at this boundary)
+    ANSWER_CHUNK  -> message.delta         (no database write per chunk)
+    ASK_USER      -> message.completed (the question as text, for clients that know no agent.*)
+                     + agent.ask_user; a pending interaction row; session AWAITING_USER
+    COMPLETE      -> message.completed + agent.complete; the final message written once
+    ERROR         -> message.error + agent.error with a user-friendly text
+
+A client that ignores every ``agent.*`` frame still sees a complete message for each turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from conversation_service.agent_client import AgentServiceError
+from conversation_service.agent_delegation.repository import InteractionRepository
+from conversation_service.agent_sessions.repository import AgentSessionRepository
+from conversation_service.db.models import (
+    AgentSessionStatus,
+    Conversation,
+    MessageStatus,
+    PendingInteraction,
+)
+from conversation_service.db.repository import unit_of_work
+from conversation_service.messages.repository import MessageRepository
+from conversation_service.metrics import ConversationMetrics
+from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.publisher import FramePublisher
+from shared.protocol import (
+    AskUserData,
+    CompleteData,
+    ErrorData,
+    EventEnvelope,
+    EventType,
+    ThoughtData,
+    ToolEndData,
+    ToolStartData,
+    utcnow,
+)
+
+log = logging.getLogger(__name__)
+
+# What users read when the agent reports an error; the agent's own message may be technical.
+USER_ERROR_TEXT = {
+    "LLM_UNAVAILABLE": "The agent's language model is unavailable right now. Please try again in a moment.",
+    "LLM_ERROR": "The agent's language model returned an error. Please try again.",
+    "MAX_STEPS_EXCEEDED": "The agent could not finish within its step limit. Try a simpler or more specific request.",
+    "TOKEN_LIMIT_EXCEEDED": "The conversation is too long for the agent. Start a new conversation or shorten it.",
+    "TOOL_ERROR": "One of the agent's tools failed. Please try again.",
+    "CANCELLED": "The agent run was cancelled.",
+    "INTERRUPTED": "The agent was interrupted by a restart. Please send your message again.",
+    "QUESTION_EXPIRED": "Agent question expired, starting fresh conversation",
+}
+DEFAULT_USER_ERROR = "The agent ran into a problem and could not answer. Please try again."
+# Tool results shown on the live stream are previews; the agent has the full result.
+RESULT_PREVIEW_CHARS = 500
+
+
+class TurnOutcomeKind(StrEnum):
+    COMPLETE = "complete"
+    ASK_USER = "ask_user"
+    AGENT_ERROR = "agent_error"  # the agent answered with an ERROR event
+    INTERRUPTED = "interrupted"  # the stream failed (transport, protocol, timeout) mid-turn
+
+
+@dataclass
+class AgentTurn:
+    """One delegated message: where its events go."""
+
+    conversation: Conversation
+    session_row_id: str
+    agent_session_id: str
+    message_id: str  # the assistant message this turn fills
+    in_reply_to: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TurnOutcome:
+    kind: TurnOutcomeKind
+    content: str = ""
+    last_seq: int | None = None
+    error: AgentServiceError | None = None
+    error_code: str | None = None
+    question_id: str | None = None
+
+
+_END = object()
+
+
+class AgentEventProcessor:
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker,
+        publisher: FramePublisher,
+        metrics: ConversationMetrics,
+        *,
+        queue_size: int,
+        ask_user_timeout_s: float,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._publisher = publisher
+        self._metrics = metrics
+        self._queue_size = queue_size
+        self._ask_user_timeout = timedelta(seconds=ask_user_timeout_s)
+
+    async def process(self, turn: AgentTurn, events: AsyncIterator[EventEnvelope]) -> TurnOutcome:
+        queue: asyncio.Queue = asyncio.Queue(maxsize=self._queue_size)
+        reader = asyncio.create_task(self._read(events, queue), name=f"agent-sse:{turn.agent_session_id}")
+        state = _TurnState(turn)
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    return await self._interrupted(state, item)
+                envelope, received_at = item
+                outcome = await self._handle(state, envelope)
+                self._metrics.agent_event_processing_seconds.labels(type=envelope.type.value).observe(
+                    time.perf_counter() - received_at
+                )
+                if outcome is not None:
+                    return outcome
+            # The stream ended without a terminal event: the client gave up reconnecting.
+            return await self._interrupted(state, None)
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    @staticmethod
+    async def _read(events: AsyncIterator[EventEnvelope], queue: asyncio.Queue) -> None:
+        try:
+            async for envelope in events:
+                await queue.put((envelope, time.perf_counter()))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # handed to the processor, which tells the user
+            await queue.put(exc)
+            return
+        await queue.put(_END)
+
+    async def _handle(self, state: _TurnState, envelope: EventEnvelope) -> TurnOutcome | None:
+        turn = state.turn
+        cid = turn.conversation.id
+        state.last_seq = envelope.seq
+        match envelope.type:
+            case EventType.ANSWER_CHUNK:
+                text = envelope.data.get("text", "")
+                state.parts.append(text)
+                await self._publisher.emit(cid, FrameType.MESSAGE_DELTA, {"message_id": turn.message_id, "text": text})
+            case EventType.THOUGHT:
+                data = ThoughtData.model_validate(envelope.data)
+                await self._publisher.emit(
+                    cid, FrameType.AGENT_THINKING, {"message_id": turn.message_id, "text": data.text, "step": data.step}
+                )
+            case EventType.TOOL_START:
+                data = ToolStartData.model_validate(envelope.data)
+                state.tools[data.call_id] = {"tool": data.tool, "args": data.args, "status": "running"}
+                await self._publisher.emit(
+                    cid, FrameType.AGENT_TOOL_START,
+                    {"message_id": turn.message_id, "call_id": data.call_id, "tool": data.tool, "args": data.args},
+                )
+            case EventType.TOOL_END:
+                data = ToolEndData.model_validate(envelope.data)
+                entry = state.tools.setdefault(data.call_id, {"tool": data.tool})
+                preview = _preview(data.result) if data.ok else None
+                entry.update(status="ok" if data.ok else "error", duration_ms=round(data.duration_ms, 2),
+                             error=data.error, result_preview=preview)
+                frame = {"message_id": turn.message_id, "call_id": data.call_id, "tool": entry.get("tool"),
+                         "ok": data.ok, "duration_ms": data.duration_ms, "error": data.error, "result_preview": preview}
+                await self._publisher.emit(cid, FrameType.AGENT_TOOL_END, frame, boundary=True)
+                async with unit_of_work(self._sessionmaker) as session:
+                    await MessageRepository(session).set_agent_metadata(turn.message_id, state.metadata())
+            case EventType.COMPLETE:
+                return await self._complete(state, CompleteData.model_validate(envelope.data))
+            case EventType.ASK_USER:
+                return await self._ask_user(state, AskUserData.model_validate(envelope.data))
+            case EventType.ERROR:
+                return await self._agent_error(state, ErrorData.model_validate(envelope.data))
+        return None
+
+    async def _complete(self, state: _TurnState, data: CompleteData) -> TurnOutcome:
+        turn = state.turn
+        streamed = "".join(state.parts)
+        if streamed != data.answer:
+            # The agent guarantees chunks add up to the answer; if not, the final text wins and the
+            # clients get it in message.completed.
+            log.warning("answer chunks differ from COMPLETE answer", extra={"message_id": turn.message_id})
+        metadata = state.metadata(usage=data.usage.model_dump())
+        await self._finish_message(state, data.answer, MessageStatus.COMPLETE.value, metadata)
+        async with unit_of_work(self._sessionmaker) as session:
+            sessions = AgentSessionRepository(session)
+            await sessions.touch(turn.session_row_id)
+            await sessions.advance_event_seq(turn.session_row_id, state.last_seq or 0)
+            await _set_conversation_agent_status(session, turn.conversation.id, None)
+        cid = turn.conversation.id
+        await self._publisher.emit(
+            cid, FrameType.MESSAGE_COMPLETED,
+            {"message_id": turn.message_id, "content": data.answer, "status": MessageStatus.COMPLETE.value},
+        )
+        await self._publisher.emit(
+            cid, FrameType.AGENT_COMPLETE,
+            {"message_id": turn.message_id, "agent_session_id": turn.agent_session_id, "usage": data.usage.model_dump()},
+            boundary=True,
+        )
+        return TurnOutcome(TurnOutcomeKind.COMPLETE, content=data.answer, last_seq=state.last_seq)
+
+    async def _ask_user(self, state: _TurnState, data: AskUserData) -> TurnOutcome:
+        turn = state.turn
+        now = utcnow()
+        expires_at = min(data.expires_at, now + self._ask_user_timeout)
+        streamed = "".join(state.parts)
+        content = f"{streamed}\n\n{data.question}".strip() if streamed else data.question
+        ask = {"question_id": data.question_id, "question": data.question, "kind": data.kind.value,
+               "expires_at": expires_at.isoformat(), "tool": data.tool, "args": data.args}
+        metadata = state.metadata(ask_user=ask)
+        async with unit_of_work(self._sessionmaker) as session:
+            await InteractionRepository(session).add(
+                PendingInteraction(
+                    question_id=data.question_id, conversation_id=turn.conversation.id,
+                    agent_session_row_id=turn.session_row_id, agent_session_id=turn.agent_session_id,
+                    kind=data.kind.value, question=data.question, tool=data.tool, args=data.args,
+                    asked_at=now, expires_at=expires_at,
+                )
+            )
+            sessions = AgentSessionRepository(session)
+            await sessions.update_status(
+                turn.session_row_id, AgentSessionStatus.AWAITING_USER,
+                expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER], now=now,
+            )
+            await sessions.set_pending_question(turn.session_row_id, data.question_id)
+            await sessions.advance_event_seq(turn.session_row_id, state.last_seq or 0)
+            await _set_conversation_agent_status(session, turn.conversation.id, AgentSessionStatus.AWAITING_USER.value)
+            await MessageRepository(session).finish(
+                turn.message_id, content=content, status=MessageStatus.COMPLETE.value, agent_metadata=metadata
+            )
+        cid = turn.conversation.id
+        await self._publisher.emit(
+            cid, FrameType.MESSAGE_COMPLETED,
+            {"message_id": turn.message_id, "content": content, "status": MessageStatus.COMPLETE.value},
+        )
+        await self._publisher.emit(cid, FrameType.AGENT_ASK_USER, {"message_id": turn.message_id, **ask}, boundary=True)
+        return TurnOutcome(TurnOutcomeKind.ASK_USER, content=content, last_seq=state.last_seq,
+                           question_id=data.question_id)
+
+    async def _agent_error(self, state: _TurnState, data: ErrorData) -> TurnOutcome:
+        text = USER_ERROR_TEXT.get(data.code, DEFAULT_USER_ERROR)
+        await self.fail(state.turn, state, code=data.code, text=text, retryable=data.retryable)
+        return TurnOutcome(TurnOutcomeKind.AGENT_ERROR, content="".join(state.parts), last_seq=state.last_seq,
+                           error_code=data.code)
+
+    async def _interrupted(self, state: _TurnState, error: BaseException | None) -> TurnOutcome:
+        if isinstance(error, AgentServiceError):
+            code, text = type(error).__name__, error.user_message
+        else:
+            if error is not None:
+                log.error("agent event stream failed", exc_info=error,
+                          extra={"message_id": state.turn.message_id})
+            code, text = "stream_interrupted", "The connection to the agent was lost before it finished. Please try again."
+        await self.fail(state.turn, state, code=code, text=text, retryable=True)
+        return TurnOutcome(
+            TurnOutcomeKind.INTERRUPTED, content="".join(state.parts), last_seq=state.last_seq,
+            error=error if isinstance(error, AgentServiceError) else None, error_code=code,
+        )
+
+    async def fail(self, turn: AgentTurn, state: _TurnState | None, *, code: str, text: str, retryable: bool) -> None:
+        """End the turn visibly: the message is marked error and every client is told why."""
+        state = state or _TurnState(turn)
+        content = "".join(state.parts)
+        await self._finish_message(state, content, MessageStatus.ERROR.value, state.metadata(error={"code": code}))
+        async with unit_of_work(self._sessionmaker) as session:
+            await AgentSessionRepository(session).update_status(
+                turn.session_row_id, AgentSessionStatus.FAILED,
+                expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER],
+            )
+            await _set_conversation_agent_status(session, turn.conversation.id, None)
+        cid = turn.conversation.id
+        await self._publisher.emit(
+            cid, FrameType.MESSAGE_ERROR, {"message_id": turn.message_id, "code": code, "text": text, "content": content}
+        )
+        await self._publisher.emit(
+            cid, FrameType.AGENT_ERROR,
+            {"message_id": turn.message_id, "code": code, "message": text, "retryable": retryable}, boundary=True,
+        )
+
+    async def _finish_message(self, state: _TurnState, content: str, status: str, metadata: dict[str, Any]) -> None:
+        async with unit_of_work(self._sessionmaker) as session:
+            await MessageRepository(session).finish(
+                state.turn.message_id, content=content, status=status, agent_metadata=metadata
+            )
+
+
+class _TurnState:
+    __slots__ = ("last_seq", "parts", "tools", "turn")
+
+    def __init__(self, turn: AgentTurn) -> None:
+        self.turn = turn
+        self.parts: list[str] = []
+        self.tools: dict[str, dict[str, Any]] = {}
+        self.last_seq: int | None = None
+
+    def metadata(self, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.turn.metadata,
+            "path": "agent",
+            "in_reply_to": self.turn.in_reply_to,
+            "agent_session_id": self.turn.agent_session_id,
+            "tools": self.tools,
+            "last_event_seq": self.last_seq,
+            **extra,
+        }
+
+
+def _preview(result: Any) -> str | None:
+    if result is None:
+        return None
+    text = result if isinstance(result, str) else str(result)
+    return text if len(text) <= RESULT_PREVIEW_CHARS else text[: RESULT_PREVIEW_CHARS - 1] + "…"
+
+
+async def _set_conversation_agent_status(session, conversation_id: str, status: str | None) -> None:
+    await session.execute(update(Conversation).where(Conversation.id == conversation_id).values(agent_status=status))

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.protocol import MAX_ID_CHARS
+
+
+class AgentAnswerIn(BaseModel):
+    """Body of ``POST /conversations/{id}/agent-answer``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question_id: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
+    answer: Annotated[str, Field(max_length=200_000)] = ""
+    # For an approval question: true runs the tool, false refuses it. Without it, the answer text
+    # decides ("approve"/"yes" approve, anything else refuses).
+    approved: bool | None = None
+
+
+class AgentAnswerAccepted(BaseModel):
+    message_id: str
+    conversation_id: str
+    question_id: str
+
+
+class PendingQuestionOut(BaseModel):
+    question_id: str
+    question: str
+    kind: str
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    asked_at: datetime
+    expires_at: datetime
+
+
+class AgentSessionOut(BaseModel):
+    """Body of ``GET /conversations/{id}/agent-session``."""
+
+    conversation_id: str
+    id: str | None = None
+    agent_session_id: str | None = None
+    profile_name: str | None = None
+    status: str | None = None
+    created_at: datetime | None = None
+    last_interaction_at: datetime | None = None
+    pending_question: PendingQuestionOut | None = None

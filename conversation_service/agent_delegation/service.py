@@ -1,0 +1,447 @@
+"""Agent delegation: one delegated message (a "turn") from routing decision to finished reply.
+
+A turn: claim the conversation's open agent session (``conversation_agent_sessions``), window the
+history, call ``execute`` through the ``AgentServiceClient`` (retries by category, one idempotency
+key per user message so a retry or a restart never starts a second run), and hand the event
+stream to the ``AgentEventProcessor``. Turns of one conversation run one after another (the agent
+session runs one run at a time); different conversations run concurrently.
+
+Failures end visibly, never in silence:
+- the Agent Service is unreachable / 503 / 500 after the retries, or the breaker is open: the
+  direct LLM answers, with the notice "Advanced features temporarily unavailable, using standard
+  chat", and the request goes to ``dead_letters``;
+- 408, 4xx, a broken stream or an agent ERROR: the user sees an error with a readable reason,
+  and (except for an agent ERROR, which is the agent's own answer) a dead letter is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from conversation_service.agent_client import (
+    AgentConnectError,
+    AgentServerError,
+    AgentServiceClient,
+    AgentServiceError,
+    AgentTimeoutError,
+    AgentUnavailableError,
+)
+from conversation_service.agent_delegation.breaker import CircuitBreaker, CircuitOpenError
+from conversation_service.agent_delegation.processor import (
+    AgentEventProcessor,
+    AgentTurn,
+    TurnOutcome,
+    TurnOutcomeKind,
+)
+from conversation_service.agent_delegation.repository import DeadLetterRepository, InteractionRepository
+from conversation_service.agent_delegation.settings import DelegationSettings
+from conversation_service.agent_sessions.errors import AgentSessionConflict
+from conversation_service.agent_sessions.repository import AgentSessionRepository
+from conversation_service.agent_sessions.service import AgentSessionService
+from conversation_service.db.models import (
+    AgentSessionStatus,
+    Conversation,
+    Message,
+    MessageRole,
+    MessageStatus,
+    PendingInteraction,
+)
+from conversation_service.db.repository import unit_of_work
+from conversation_service.direct_llm.replier import DirectLLMReplier
+from conversation_service.history.extractor import HistoryExtractor
+from conversation_service.history.schemas import HistoryRecord
+from conversation_service.messages.schemas import MessageOut
+from conversation_service.metrics import ConversationMetrics
+from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.publisher import FramePublisher
+from conversation_service.routing.schemas import FALLBACK_NOTICE
+from shared.logging import conversation_id_var, session_id_var
+from shared.protocol import Answer, ExecuteRequest, UserContext
+
+log = logging.getLogger(__name__)
+
+# Errors that say the Agent Service itself is unhealthy: they count against the breaker and the
+# message falls back to the direct LLM. Anything else is about this request.
+UNHEALTHY_ERRORS = (AgentUnavailableError, AgentServerError, AgentConnectError, AgentTimeoutError)
+QUESTION_EXPIRED_NOTICE = "Agent question expired, starting fresh conversation"
+# How many times a session claim is retried when another replica's claim is not visible yet.
+CLAIM_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """What to send: a new message, or an answer to a pending question."""
+
+    text: str
+    answer: Answer | None = None
+    route_reason: str = ""
+
+
+class AgentDelegation:
+    def __init__(
+        self,
+        *,
+        sessionmaker: async_sessionmaker,
+        client: AgentServiceClient,
+        breaker: CircuitBreaker,
+        history: HistoryExtractor,
+        processor: AgentEventProcessor,
+        replier: DirectLLMReplier,
+        publisher: FramePublisher,
+        metrics: ConversationMetrics,
+        settings: DelegationSettings,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._client = client
+        self._breaker = breaker
+        self._history = history
+        self._processor = processor
+        self._replier = replier
+        self._publisher = publisher
+        self._metrics = metrics
+        self.settings = settings
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def _lock(self, conversation_id: str) -> asyncio.Lock:
+        lock = self._locks.get(conversation_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[conversation_id] = lock
+        return lock
+
+    async def run_turn(self, conversation: Conversation, user_message: Message, request: TurnRequest) -> None:
+        """Background task of one delegated message; returns when the reply has ended."""
+        token = conversation_id_var.set(conversation.id)
+        try:
+            async with self._lock(conversation.id):
+                await self._run_turn(conversation, user_message, request)
+        except Exception:
+            # Last line of defence: the user must learn that this message got no answer.
+            log.exception("agent turn failed", extra={"message_id": user_message.id})
+            self._metrics.agent_turns.labels(outcome="failed").inc()
+            await self._publisher.emit(
+                conversation.id, FrameType.NOTICE,
+                {"code": "agent_failed", "text": "The agent could not answer this message. Please try again."},
+                boundary=True,
+            )
+        finally:
+            conversation_id_var.reset(token)
+
+    async def _run_turn(self, conversation: Conversation, user_message: Message, request: TurnRequest) -> None:
+        started = time.perf_counter()
+        row = await self._claim_session(conversation.id)
+        if row is None:
+            await self._publisher.emit(
+                conversation.id, FrameType.NOTICE,
+                {"code": "agent_session_conflict",
+                 "text": "Another agent session is starting for this conversation. Please resend your message."},
+                boundary=True,
+            )
+            self._metrics.agent_turns.labels(outcome="failed").inc()
+            return
+        row_id, agent_session_id, profile_name = row.id, row.agent_session_id, row.profile_name
+        chat_history, history_stats = await self._chat_history(conversation.id, user_message)
+        execute = ExecuteRequest(
+            session_id=agent_session_id,
+            profile_name=profile_name,
+            message=request.text if request.answer is None else "",
+            chat_history=chat_history,
+            user_context=UserContext(user_id=conversation.owner_id, org_id=conversation.org_id),
+            answer=request.answer,
+            metadata={"conversation_id": conversation.id, "message_id": user_message.id},
+        )
+        try:
+            is_probe = self._breaker.acquire()
+        except CircuitOpenError:
+            await self._fall_back(conversation, user_message, row_id, created_now=agent_session_id is None,
+                                  code="circuit_open", detail="circuit breaker open", payload=None, attempts=0)
+            return
+
+        # One key per user message: a retry, or the same message delegated again after a restart,
+        # joins the run the first try started instead of starting a second one.
+        stream = self._client.execute_agent(execute, idempotency_key=f"msg-{user_message.id}")
+        try:
+            await stream.start()
+        except AgentServiceError as error:
+            await self._start_failed(conversation, user_message, row_id, agent_session_id, execute, error, stream)
+            return
+        except BaseException:
+            self._breaker.release()
+            await stream.aclose()
+            raise
+        self._metrics.agent_first_chunk_seconds.observe(time.perf_counter() - started)
+        session_id_token = session_id_var.set(stream.session_id)
+        try:
+            turn = await self._open_turn(
+                conversation, user_message, row_id, agent_session_id, stream.session_id or "", request,
+                history_stats,
+            )
+            outcome = await self._processor.process(turn, _iterate(stream))
+        except BaseException:
+            self._breaker.release()
+            raise
+        finally:
+            await stream.aclose()
+            session_id_var.reset(session_id_token)
+        self._count_retries(stream)
+        await self._settle(conversation, user_message, turn, outcome, execute, stream.retries + 1, is_probe)
+
+    async def _claim_session(self, conversation_id: str):
+        for attempt in range(CLAIM_ATTEMPTS):
+            try:
+                async with unit_of_work(self._sessionmaker) as session:
+                    row, _created = await AgentSessionService(session).get_or_create_open(
+                        conversation_id, profile_name=self.settings.agent_profile_name
+                    )
+                    return row
+            except AgentSessionConflict:
+                # Another replica's claim is not committed yet; its commit is a few ms away.
+                await asyncio.sleep(0.05 * (attempt + 1))
+        return None
+
+    async def _chat_history(self, conversation_id: str, user_message: Message):
+        async with unit_of_work(self._sessionmaker) as session:
+            rows = (
+                await session.scalars(
+                    select(Message)
+                    .where(
+                        Message.conversation_id == conversation_id,
+                        Message.status == MessageStatus.COMPLETE.value,
+                        Message.id != user_message.id,
+                        Message.created_at <= user_message.created_at,
+                    )
+                    .order_by(Message.created_at.desc(), Message.id.desc())
+                    .limit(self._history.settings.max_input_messages)
+                )
+            ).all()
+        records = [HistoryRecord.from_message(m) for m in reversed(rows)]
+        result = await self._history.extract(conversation_id, records)
+        return result.messages, result.stats.as_dict()
+
+    async def _open_turn(
+        self,
+        conversation: Conversation,
+        user_message: Message,
+        row_id: str,
+        known_agent_session_id: str | None,
+        agent_session_id: str,
+        request: TurnRequest,
+        history_stats: dict[str, Any],
+    ) -> AgentTurn:
+        metadata = {"route_reason": request.route_reason, "history": history_stats}
+        async with unit_of_work(self._sessionmaker) as session:
+            sessions = AgentSessionRepository(session)
+            if known_agent_session_id is None:
+                await sessions.set_agent_session_id(row_id, agent_session_id)
+            await sessions.update_status(
+                row_id, AgentSessionStatus.ACTIVE,
+                expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER],
+            )
+            await sessions.set_pending_question(row_id, None)
+            message = Message(
+                conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content="",
+                status=MessageStatus.STREAMING.value, agent_session_id=agent_session_id,
+                agent_metadata={"path": "agent", "in_reply_to": user_message.id, **metadata},
+            )
+            session.add(message)
+            await session.flush()
+        await self._publisher.emit(
+            conversation.id, FrameType.MESSAGE_CREATED, MessageOut.model_validate(message).model_dump(mode="json")
+        )
+        return AgentTurn(
+            conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id,
+            message_id=message.id, in_reply_to=user_message.id, metadata=metadata,
+        )
+
+    async def _start_failed(
+        self,
+        conversation: Conversation,
+        user_message: Message,
+        row_id: str,
+        agent_session_id: str | None,
+        execute: ExecuteRequest,
+        error: AgentServiceError,
+        stream,
+    ) -> None:
+        self._count_retries(stream)
+        attempts = stream.retries + 1
+        if isinstance(error, UNHEALTHY_ERRORS):
+            self._breaker.record_failure()
+            await self._fall_back(
+                conversation, user_message, row_id, created_now=agent_session_id is None,
+                code=type(error).__name__, detail=str(error), payload=_dead_letter_payload(execute),
+                attempts=attempts,
+            )
+            return
+        # The service answered: it is up, but it refused this request (400, 408, 409, 413...).
+        self._breaker.release()
+        log.warning("agent refused the request", extra={"error_type": type(error).__name__,
+                                                        "message_id": user_message.id})
+        await self._dead_letter(conversation.id, user_message.id, agent_session_id, type(error).__name__,
+                                str(error), _dead_letter_payload(execute), attempts)
+        async with unit_of_work(self._sessionmaker) as session:
+            message = Message(
+                conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content="",
+                status=MessageStatus.STREAMING.value, agent_session_id=agent_session_id,
+                agent_metadata={"path": "agent", "in_reply_to": user_message.id},
+            )
+            session.add(message)
+            await session.flush()
+        await self._publisher.emit(
+            conversation.id, FrameType.MESSAGE_CREATED, MessageOut.model_validate(message).model_dump(mode="json")
+        )
+        turn = AgentTurn(conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id or "",
+                         message_id=message.id, in_reply_to=user_message.id)
+        await self._processor.fail(turn, None, code=type(error).__name__, text=error.user_message,
+                                   retryable=error.retryable)
+        self._metrics.agent_turns.labels(outcome="failed").inc()
+
+    async def _settle(
+        self,
+        conversation: Conversation,
+        user_message: Message,
+        turn: AgentTurn,
+        outcome: TurnOutcome,
+        execute: ExecuteRequest,
+        attempts: int,
+        is_probe: bool,
+    ) -> None:
+        self._metrics.agent_turns.labels(outcome=outcome.kind.value).inc()
+        if outcome.kind is TurnOutcomeKind.ASK_USER:
+            self._metrics.ask_user_questions.labels(outcome="asked").inc()
+        if outcome.kind is TurnOutcomeKind.INTERRUPTED:
+            self._breaker.record_failure()
+            await self._dead_letter(conversation.id, user_message.id, turn.agent_session_id,
+                                    outcome.error_code or "stream_interrupted",
+                                    str(outcome.error or "stream ended before a terminal event"),
+                                    _dead_letter_payload(execute), attempts)
+        else:
+            # The Agent Service did its job (an agent ERROR is an answer too).
+            self._breaker.record_success()
+
+    async def _fall_back(
+        self,
+        conversation: Conversation,
+        user_message: Message,
+        row_id: str,
+        *,
+        created_now: bool,
+        code: str,
+        detail: str,
+        payload: dict[str, Any] | None,
+        attempts: int,
+    ) -> None:
+        if payload is not None:
+            await self._dead_letter(conversation.id, user_message.id, None, code, detail, payload, attempts)
+        if created_now:
+            # A session that never reached the agent must not keep the conversation routed to it.
+            async with unit_of_work(self._sessionmaker) as session:
+                await AgentSessionRepository(session).update_status(
+                    row_id, AgentSessionStatus.FAILED, expected=[AgentSessionStatus.ACTIVE]
+                )
+        self._metrics.agent_turns.labels(outcome="fallback").inc()
+        log.warning("agent unavailable, falling back to the direct LLM",
+                    extra={"error_code": code, "message_id": user_message.id})
+        await self._replier.reply(
+            conversation, user_message, notice=("agent_unavailable", FALLBACK_NOTICE),
+            agent_metadata={"fallback_from": "agent", "fallback_reason": code},
+        )
+
+    async def _dead_letter(
+        self, conversation_id: str, message_id: str | None, agent_session_id: str | None, code: str,
+        detail: str, payload: dict[str, Any] | None, attempts: int,
+    ) -> None:
+        async with unit_of_work(self._sessionmaker) as session:
+            await DeadLetterRepository(session).add(
+                conversation_id=conversation_id, message_id=message_id, agent_session_id=agent_session_id,
+                error_code=code, error_detail=detail, payload=payload, attempts=attempts,
+            )
+        self._metrics.agent_dead_letters.labels(code=code).inc()
+
+    def _count_retries(self, stream) -> None:
+        """Add a finished stream's retry and reconnect counts to the metrics (call once per stream)."""
+        if stream.retries:
+            self._metrics.agent_retries.labels(kind="retry").inc(stream.retries)
+        if stream.reconnects:
+            self._metrics.agent_retries.labels(kind="reconnect").inc(stream.reconnects)
+
+    # -- ASK_USER -------------------------------------------------------------------------------
+
+    async def expire_question(self, question: PendingInteraction, *, notify: bool = True) -> bool:
+        """PENDING -> EXPIRED, session ABANDONED, and the user is told. False if already handled."""
+        async with unit_of_work(self._sessionmaker) as session:
+            if not await InteractionRepository(session).mark_expired(question.question_id):
+                return False
+            await AgentSessionRepository(session).update_status(
+                question.agent_session_row_id, AgentSessionStatus.ABANDONED,
+                expected=[AgentSessionStatus.AWAITING_USER, AgentSessionStatus.ACTIVE],
+            )
+            await _clear_conversation_status(session, question.conversation_id)
+        self._metrics.ask_user_questions.labels(outcome="expired").inc()
+        if notify:
+            await self._publisher.emit(
+                question.conversation_id, FrameType.NOTICE,
+                {"code": "agent_question_expired", "text": QUESTION_EXPIRED_NOTICE,
+                 "question_id": question.question_id},
+                boundary=True,
+            )
+        return True
+
+    async def expire_due(self, now: datetime, limit: int) -> int:
+        """One pass of the cleanup job: expire due questions, each handled by exactly one worker."""
+        async with unit_of_work(self._sessionmaker) as session:
+            claimed = await InteractionRepository(session).claim_expired(now, limit)
+            handled: list[PendingInteraction] = []
+            for question in claimed:
+                if await InteractionRepository(session).mark_expired(question.question_id):
+                    await AgentSessionRepository(session).update_status(
+                        question.agent_session_row_id, AgentSessionStatus.ABANDONED,
+                        expected=[AgentSessionStatus.AWAITING_USER, AgentSessionStatus.ACTIVE],
+                    )
+                    await _clear_conversation_status(session, question.conversation_id)
+                    handled.append(question)
+        for question in handled:
+            self._metrics.ask_user_questions.labels(outcome="expired").inc()
+            await self._publisher.emit(
+                question.conversation_id, FrameType.NOTICE,
+                {"code": "agent_question_expired", "text": QUESTION_EXPIRED_NOTICE,
+                 "question_id": question.question_id},
+                boundary=True,
+            )
+        return len(handled)
+
+
+async def _iterate(stream) -> Any:
+    async for event in stream:
+        yield event
+
+
+async def _clear_conversation_status(session, conversation_id: str) -> None:
+    from sqlalchemy import update
+
+    await session.execute(update(Conversation).where(Conversation.id == conversation_id).values(agent_status=None))
+
+
+def _dead_letter_payload(execute: ExecuteRequest) -> dict[str, Any]:
+    """What is needed to analyse or replay the request: ids, sizes, not the history's text."""
+    return {
+        "session_id": execute.session_id,
+        "profile_name": execute.profile_name,
+        "message": execute.message,
+        "answer_question_id": execute.answer.question_id if execute.answer else None,
+        "chat_history_messages": len(execute.chat_history),
+        "user_context": execute.user_context.model_dump(mode="json"),
+        "metadata": execute.metadata,
+    }
+
+
+
