@@ -52,3 +52,30 @@ async def test_stopping_the_service_ends_its_runs_as_interrupted(agent_factory, 
         assert [e.seq for e in log.events] == list(range(1, len(log.events) + 1))
         assert log.last.type.value == "ERROR" and log.last.data["code"] == "INTERRUPTED"
         assert log.last.data["retryable"] is True
+
+
+class BrokenProvider:
+    """A model client with a bug: it fails with a non-LLM exception in the middle of a stream."""
+
+    name = "broken"
+
+    async def stream(self, messages, *, tools=(), options=None):
+        from shared.llm.base import TextDelta
+
+        yield TextDelta("partial ")
+        raise RuntimeError("bug in the client")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_unexpected_exception_fails_the_run_as_internal(agent_factory) -> None:
+    async with agent_factory(provider=BrokenProvider()) as agent:
+        result = await agent.execute("hello")
+        assert [e.type.value for e in result.events] == ["ANSWER_CHUNK", "ERROR"]
+        assert result.last.data == {"code": "INTERNAL", "message": "internal error in the agent service",
+                                    "retryable": False}
+        status = await agent.status(result.last.session_id)
+        assert status["status"] == "FAILED"
+        metrics = (await agent.http.get("/metrics")).text
+        assert 'agent_runs_failed_total{code="INTERNAL"} 1.0' in metrics
