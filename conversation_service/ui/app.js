@@ -1,123 +1,308 @@
-// Chat page: plain JS, no build step. Renders the chat frames; agent frames are an enhancement
-// and unknown frame types are ignored.
-(function () {
-  "use strict";
-  const $ = (id) => document.getElementById(id);
-  const params = new URLSearchParams(location.search);
-  const tokenInput = $("token");
-  tokenInput.value = params.get("token") || sessionStorage.getItem("token") || "";
-  let current = null, ws = null, lastSeq = 0, retry = 0;
-  const bubbles = new Map();
+// The chat page: sign-in by token, the conversation list, the open conversation and the composer.
+// Plain ES modules, no build step.
+import { ApiError, createApi, newId } from "./api.js";
+import { ChatView, el } from "./chat.js";
+import { ConversationSocket } from "./socket.js";
 
-  function token() { sessionStorage.setItem("token", tokenInput.value.trim()); return tokenInput.value.trim(); }
+const $ = (id) => document.getElementById(id);
+const TOKEN_KEY = "chat.token";
+const HISTORY_PAGE = 200;
+const HISTORY_MAX = 5000;  // a very long conversation shows its first 5000 messages, not a frozen tab
 
-  async function api(method, path, body) {
-    const res = await fetch(path, {
-      method, headers: { "Authorization": "Bearer " + token(), "Content-Type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
+// ---- token ----------------------------------------------------------------------------------
+
+// A token in the address bar (?token=...) is taken once and removed, so it does not stay in the
+// history, in bookmarks or in a copied link.
+function takeTokenFromUrl() {
+  const url = new URL(location.href);
+  const token = url.searchParams.get("token");
+  if (token === null) return;
+  url.searchParams.delete("token");
+  history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+  if (token.trim()) sessionStorage.setItem(TOKEN_KEY, token.trim());
+}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+// Who the token says we are, for the header only; the server checks the token itself.
+function tokenSubject(value) {
+  try {
+    const part = value.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const claims = JSON.parse(atob(part.padEnd(part.length + ((4 - (part.length % 4)) % 4), "=")));
+    return typeof claims.sub === "string" ? claims.sub : "";
+  } catch (err) {
+    return "";
+  }
+}
+
+const api = createApi(token);
+
+// ---- page state -----------------------------------------------------------------------------
+
+const state = {
+  current: null,       // the open conversation's id
+  socket: null,
+  generation: 0,       // bumps on every open(), so a slow load for an older choice is dropped
+  sending: false,
+  draft: null,         // {text, id}: a failed send retried with the same text keeps its client_message_id
+};
+
+function banner(text, kind) {
+  const box = $("banner");
+  $("banner-text").textContent = text || "";
+  box.dataset.kind = kind || "error";
+  box.hidden = !text;
+}
+
+const statusLine = {
+  set(text, busy) {
+    const node = $("status");
+    node.textContent = text || "";
+    node.classList.toggle("busy", Boolean(text && busy));
+  },
+};
+
+function connection(stateName, info) {
+  const node = $("connection");
+  node.dataset.state = stateName;
+  const labels = {
+    connecting: "Connecting…",
+    reconnecting: "Reconnecting…",
+    live: "Live",
+    refused: "Not allowed",
+    offline: "",
+  };
+  node.textContent = stateName === "waiting"
+    ? `Connection lost; retrying in ${Math.max(1, Math.round(info.delay / 1000))} s`
+    : labels[stateName] ?? "";
+  if (stateName === "refused") {
+    banner("The live connection was refused: your token may have expired. Enter a new token.");
+  }
+}
+
+const chat = new ChatView({
+  list: $("messages"),
+  status: statusLine,
+  answer: (questionId, text, approved) => {
+    const body = { question_id: questionId, answer: text };
+    if (approved !== undefined) body.approved = approved;
+    return api("POST", `/conversations/${encodeURIComponent(state.current)}/agent-answer`, body);
+  },
+  notice: (data) => banner(typeof data.text === "string" ? data.text : "", "notice"),
+});
+
+// ---- sign-in --------------------------------------------------------------------------------
+
+function showIdentity() {
+  const value = token();
+  const signedIn = Boolean(value);
+  $("token-form").hidden = signedIn;
+  $("identity").hidden = !signedIn;
+  $("who").textContent = signedIn ? (tokenSubject(value) || "signed in") : "";
+  $("new-conversation").disabled = !signedIn;
+  updateComposer();
+}
+
+$("token-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const value = $("token").value.trim();
+  if (!value) return;
+  sessionStorage.setItem(TOKEN_KEY, value);
+  $("token").value = "";
+  banner("");
+  showIdentity();
+  start();
+});
+
+$("sign-out").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.generation += 1;  // a load still on its way must not render after sign-out
+  closeConversation();
+  $("conversations").replaceChildren();
+  showIdentity();
+  $("token").focus();
+});
+
+// ---- conversation list ----------------------------------------------------------------------
+
+function conversationLabel(c) {
+  return c.title || `Conversation ${c.id.slice(0, 8)}`;
+}
+
+function renderConversations(items) {
+  const ul = $("conversations");
+  ul.replaceChildren();
+  for (const c of items) {
+    const li = el("li");
+    const button = el("button", "conversation", conversationLabel(c));
+    button.type = "button";
+    button.dataset.id = c.id;
+    if (c.agent_status === "AWAITING_USER") button.append(el("span", "badge", "question"));
+    button.addEventListener("click", () => openConversation(c.id));
+    li.append(button);
+    ul.append(li);
+  }
+  markActive();
+  $("empty-list").hidden = items.length > 0;
+}
+
+function markActive() {
+  for (const b of document.querySelectorAll("#conversations button")) {
+    const active = b.dataset.id === state.current;
+    b.classList.toggle("active", active);
+    if (active) b.setAttribute("aria-current", "true"); else b.removeAttribute("aria-current");
+  }
+}
+
+async function loadConversations() {
+  const list = await api("GET", "/conversations?limit=100");
+  renderConversations(list.items);
+  return list.items;
+}
+
+$("new-conversation").addEventListener("click", async () => {
+  const button = $("new-conversation");
+  button.disabled = true;
+  try {
+    const title = "Conversation " + new Date().toLocaleString([], { dateStyle: "short", timeStyle: "short" });
+    const created = await api("POST", "/conversations", { title });
+    await loadConversations();
+    await openConversation(created.id);
+    $("content").focus();
+  } catch (err) {
+    reportError(err);
+  } finally {
+    button.disabled = !token();
+  }
+});
+
+// ---- the open conversation ------------------------------------------------------------------
+
+function closeConversation() {
+  if (state.socket) state.socket.stop();
+  state.socket = null;
+  state.current = null;
+  state.draft = null;
+  chat.clear();
+  connection("offline", {});
+  $("chat-title").textContent = "No conversation open";
+  updateComposer();
+}
+
+async function loadHistory(id) {
+  const messages = [];
+  for (let offset = 0; offset < HISTORY_MAX; offset += HISTORY_PAGE) {
+    const page = await api("GET", `/conversations/${encodeURIComponent(id)}/messages?limit=${HISTORY_PAGE}&offset=${offset}`);
+    messages.push(...page.items);
+    if (page.items.length < HISTORY_PAGE) break;
+  }
+  return messages;
+}
+
+async function openConversation(id) {
+  const generation = ++state.generation;
+  closeConversation();
+  state.current = id;
+  history.replaceState(history.state, "", `${location.pathname}${location.search}#c=${encodeURIComponent(id)}`);
+  markActive();
+  $("chat").setAttribute("aria-busy", "true");
+  try {
+    // The frame seq first, then the rows: a frame after that seq may repeat what the rows show
+    // (handled by id), but nothing can fall between the two.
+    const conversation = await api("GET", `/conversations/${encodeURIComponent(id)}`);
+    const messages = await loadHistory(id);
+    const agent = await api("GET", `/conversations/${encodeURIComponent(id)}/agent-session`);
+    if (generation !== state.generation) return;
+    $("chat-title").textContent = conversationLabel(conversation);
+    chat.loadHistory(messages, agent && agent.pending_question);
+    state.socket = new ConversationSocket({
+      conversationId: id,
+      token: token(),
+      afterSeq: conversation.last_seq || 0,
+      onFrame: (frame) => chat.onFrame(frame),
+      onControl: (frame) => { if (frame.type === "error" && frame.data) banner(String(frame.data.detail || frame.data.error || "")); },
+      onState: connection,
     });
-    const data = res.status === 204 ? null : await res.json();
-    if (!res.ok) throw new Error((data && data.error) || res.statusText);
-    return data;
+    state.socket.start();
+    updateComposer();
+  } catch (err) {
+    if (generation !== state.generation) return;
+    closeConversation();
+    history.replaceState(history.state, "", location.pathname + location.search);
+    reportError(err);
+  } finally {
+    if (generation === state.generation) $("chat").removeAttribute("aria-busy");
   }
+}
 
-  function bubble(id, role, text, cls) {
-    let li = id && bubbles.get(id);
-    if (!li) {
-      li = document.createElement("li");
-      li.className = role + (cls ? " " + cls : "");
-      $("messages").appendChild(li);
-      if (id) bubbles.set(id, li);
-    }
-    if (text !== undefined) li.textContent = text;
-    li.scrollIntoView({ block: "end" });
-    return li;
-  }
+// ---- composer -------------------------------------------------------------------------------
 
-  function status(text) { $("status").textContent = text || ""; }
+function updateComposer() {
+  const ready = Boolean(state.current && token());
+  $("content").disabled = !ready;
+  $("send").disabled = !ready || state.sending || !$("content").value.trim();
+}
 
-  function banner(text) { const b = $("banner"); b.textContent = text; b.hidden = !text; }
-
-  function askUser(data) {
-    const li = bubble("q:" + data.question_id, "assistant", "", "question");
-    li.textContent = data.question + " ";
-    const answer = (text, approved) => api("POST", `/conversations/${current}/agent-answer`,
-      { question_id: data.question_id, text, approved }).then(() => li.remove()).catch((e) => banner(e.message));
-    if (data.kind === "approval") {
-      for (const [label, ok] of [["Approve", true], ["Deny", false]]) {
-        const b = document.createElement("button"); b.textContent = label;
-        b.onclick = () => answer(ok ? "approve" : "deny", ok); li.appendChild(b);
-      }
-    } else {
-      const input = document.createElement("input"); const b = document.createElement("button");
-      b.textContent = "Answer"; b.onclick = () => answer(input.value);
-      li.appendChild(input); li.appendChild(b);
-    }
-  }
-
-  function onFrame(frame) {
-    if (typeof frame.seq === "number") { if (frame.seq <= lastSeq) return; lastSeq = frame.seq; }
-    const d = frame.data || {};
-    switch (frame.type) {
-      case "message.created": bubble(d.id, d.role, d.content || ""); break;
-      case "message.delta": { const li = bubble(d.message_id, "assistant"); li.textContent += d.text; status(""); break; }
-      case "message.completed": bubble(d.message_id, "assistant", d.content); status(""); break;
-      case "message.error": bubble(d.message_id, "assistant", (d.content || "") + "\n" + d.text, "error"); break;
-      case "agent.thinking": status("Thinking…"); break;
-      case "agent.tool_start": status("Running " + (d.tool || "a tool") + "…"); break;
-      case "agent.tool_end": status((d.tool || "Tool") + (d.ok ? " done" : " failed")); break;
-      case "agent.ask_user": askUser(d); break;
-      case "agent.complete": status(""); break;
-      case "agent.error": status(""); bubble(null, "assistant", d.message || d.text || "The agent failed.", "error"); break;
-      case "notice": banner(d.text); break;
-      default: break; // unknown types are ignored
-    }
-  }
-
-  function connect(id) {
-    if (ws) { ws.onclose = null; ws.close(); }
-    const proto = location.protocol === "https:" ? "wss" : "ws";
-    ws = new WebSocket(`${proto}://${location.host}/conversations/${id}/ws?after_seq=${lastSeq}`);
-    ws.onopen = () => { retry = 0; ws.send(JSON.stringify({ type: "auth", token: token() })); };
-    ws.onmessage = (ev) => { try { onFrame(JSON.parse(ev.data)); } catch (e) { /* not a frame */ } };
-    ws.onclose = (ev) => {
-      if (ev.code === 1008) { banner("Not allowed: check the token."); return; }
-      retry = Math.min(retry + 1, 6);
-      setTimeout(() => current === id && connect(id), 250 * 2 ** retry);
-    };
-  }
-
-  async function open(id) {
-    current = id; lastSeq = 0; bubbles.clear(); $("messages").innerHTML = ""; banner("");
-    for (const li of document.querySelectorAll("#conversations li")) li.classList.toggle("active", li.dataset.id === id);
-    connect(id);
-  }
-
-  async function refresh() {
-    if (!token()) return;
-    try {
-      const list = await api("GET", "/conversations");
-      const ul = $("conversations"); ul.innerHTML = "";
-      for (const c of list.items) {
-        const li = document.createElement("li"); li.dataset.id = c.id;
-        li.textContent = c.title || c.id.slice(0, 8); li.onclick = () => open(c.id); ul.appendChild(li);
-      }
-      if (!current && list.items.length) open(list.items[0].id);
-    } catch (e) { banner(e.message); }
-  }
-
-  $("new-conversation").onclick = async () => {
-    try { const c = await api("POST", "/conversations", { title: "Conversation " + new Date().toLocaleTimeString() });
-      await refresh(); open(c.id); } catch (e) { banner(e.message); }
-  };
-  $("composer").onsubmit = async (ev) => {
+$("content").addEventListener("input", updateComposer);
+$("content").addEventListener("keydown", (ev) => {
+  // Enter sends, Shift+Enter starts a new line (IME composition keeps its own Enter).
+  if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
     ev.preventDefault();
-    const content = $("content").value.trim();
-    if (!content || !current) return;
-    $("content").value = "";
-    try { await api("POST", `/conversations/${current}/messages`, { content, client_message_id: crypto.randomUUID() }); }
-    catch (e) { banner(e.message); }
-  };
-  tokenInput.onchange = refresh;
-  refresh();
-})();
+    $("composer").requestSubmit();
+  }
+});
+
+$("composer").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const input = $("content");
+  const content = input.value.trim();
+  // The flag is set before any await: a double click submits twice, the second finds it set.
+  if (state.sending || !content || !state.current) return;
+  state.sending = true;
+  updateComposer();
+  if (!state.draft || state.draft.text !== content) state.draft = { text: content, id: newId() };
+  const conversationId = state.current;
+  try {
+    await api("POST", `/conversations/${encodeURIComponent(conversationId)}/messages`,
+              { content, client_message_id: state.draft.id });
+    if (input.value.trim() === content) input.value = "";
+    state.draft = null;
+    banner("");
+  } catch (err) {
+    reportError(err);  // the text stays in the box; sending again reuses its client_message_id
+  } finally {
+    state.sending = false;
+    updateComposer();
+    input.focus();
+  }
+});
+
+// ---- errors and start-up --------------------------------------------------------------------
+
+function reportError(err) {
+  if (err instanceof ApiError && err.status === 401) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showIdentity();
+  }
+  banner(err && err.message ? err.message : String(err));
+}
+
+$("banner-close").addEventListener("click", () => banner(""));
+window.addEventListener("online", () => { if (state.socket) state.socket.retryNow(); });
+
+async function start() {
+  if (!token()) return;
+  try {
+    const items = await loadConversations();
+    const wanted = new URLSearchParams(location.hash.slice(1)).get("c");
+    // The conversation in the address (#c=...) survives a reload; otherwise the most recent one.
+    const pick = wanted || (items[0] && items[0].id);
+    if (pick) await openConversation(pick);
+  } catch (err) {
+    reportError(err);
+  }
+}
+
+takeTokenFromUrl();
+showIdentity();
+start();
