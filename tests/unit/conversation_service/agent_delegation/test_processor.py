@@ -1,0 +1,552 @@
+"""``AgentEventProcessor`` fed simulated agent event streams.
+
+Real pieces around it: a migrated database (SQLite and PostgreSQL), the group-commit
+``FrameWriter``, a ``FramePublisher`` on an ``InProcessHub``; the test subscribes to the hub to see
+exactly the frames a WebSocket client would get.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select
+
+from conversation_service.agent_client import AgentStreamError
+from conversation_service.agent_delegation.processor import (
+    DEFAULT_USER_ERROR,
+    RESULT_PREVIEW_CHARS,
+    USER_ERROR_TEXT,
+    AgentEventProcessor,
+    AgentTurn,
+    TurnOutcomeKind,
+)
+from conversation_service.db import migrate
+from conversation_service.db.models import (
+    AgentSessionStatus,
+    Conversation,
+    ConversationAgentSession,
+    ConversationFrame,
+    InteractionStatus,
+    Message,
+    MessageStatus,
+    PendingInteraction,
+)
+from conversation_service.db.repository import unit_of_work
+from conversation_service.metrics import ConversationMetrics
+from conversation_service.realtime.frames import Frame, FrameType
+from conversation_service.realtime.hub import InProcessHub
+from conversation_service.realtime.publisher import FramePublisher
+from conversation_service.realtime.repository import FrameRepository
+from conversation_service.realtime.seq import InProcessSeqAllocator
+from conversation_service.realtime.writer import FrameWriter
+from shared.db import create_engine, create_sessionmaker
+from shared.protocol import EventEnvelope, EventType, utcnow
+
+AGENT_SESSION_ID = "agent-sess-1"
+ASK_USER_TIMEOUT_S = 300.0
+
+
+class FrameLog:
+    """A hub subscriber that records what a client of the conversation would receive."""
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self._waiters: list[tuple[Any, asyncio.Event]] = []
+
+    def deliver(self, frame: Frame) -> None:
+        self.frames.append(frame)
+        for predicate, ready in self._waiters:
+            if predicate(self.frames):
+                ready.set()
+
+    async def wait_for(self, predicate, timeout: float = 10.0) -> None:
+        ready = asyncio.Event()
+        if predicate(self.frames):
+            return
+        self._waiters.append((predicate, ready))
+        await asyncio.wait_for(ready.wait(), timeout)
+
+    def of(self, type_: str) -> list[Frame]:
+        return [f for f in self.frames if f.type == type_]
+
+    @property
+    def types(self) -> list[str]:
+        return [f.type for f in self.frames]
+
+
+class StatementLog:
+    """Every SQL statement the engine sends, recorded by a ``before_cursor_execute`` listener."""
+
+    def __init__(self, engine) -> None:
+        self.statements: list[str] = []
+        self._engine = engine.sync_engine
+        event.listen(self._engine, "before_cursor_execute", self._record)
+
+    def _record(self, conn, cursor, statement, parameters, context, executemany) -> None:
+        self.statements.append(" ".join(statement.split()).upper())
+
+    def close(self) -> None:
+        event.remove(self._engine, "before_cursor_execute", self._record)
+
+    def since(self, mark: int) -> list[str]:
+        return self.statements[mark:]
+
+
+@dataclass
+class Bed:
+    engine: Any
+    sessionmaker: Any
+    writer: FrameWriter
+    hub: InProcessHub
+    publisher: FramePublisher
+    metrics: ConversationMetrics
+    log: FrameLog
+    conversation_id: str
+    session_row_id: str
+    message_id: str
+    conversation: Conversation
+    agent_session_id: str = AGENT_SESSION_ID
+
+    def processor(self, queue_size: int = 64) -> AgentEventProcessor:
+        return AgentEventProcessor(
+            self.sessionmaker, self.publisher, self.metrics,
+            queue_size=queue_size, ask_user_timeout_s=ASK_USER_TIMEOUT_S,
+        )
+
+    def turn(self) -> AgentTurn:
+        return AgentTurn(
+            conversation=self.conversation, session_row_id=self.session_row_id,
+            agent_session_id=self.agent_session_id, message_id=self.message_id, in_reply_to="user-msg-1",
+            metadata={"route_reason": "explicit_command"},
+        )
+
+    async def message(self) -> Message:
+        async with unit_of_work(self.sessionmaker) as session:
+            return await session.get(Message, self.message_id)
+
+    async def session_row(self) -> ConversationAgentSession:
+        async with unit_of_work(self.sessionmaker) as session:
+            return await session.get(ConversationAgentSession, self.session_row_id)
+
+    async def agent_status(self) -> str | None:
+        async with unit_of_work(self.sessionmaker) as session:
+            return (await session.get(Conversation, self.conversation_id)).agent_status
+
+
+@asynccontextmanager
+async def _make_bed(database_url: str, *, flush_interval: float,
+                    agent_session_id: str = AGENT_SESSION_ID) -> AsyncIterator[Bed]:
+    engine = create_engine(database_url)
+    await migrate.upgrade(engine)
+    sessionmaker = create_sessionmaker(engine)
+    metrics = ConversationMetrics()
+    writer = FrameWriter(sessionmaker, interval=flush_interval, max_batch=10_000, queue_size=100_000, metrics=metrics)
+
+    async def floor(conversation_id: str) -> int:
+        async with unit_of_work(sessionmaker) as session:
+            persisted = await FrameRepository(session).max_seq(conversation_id)
+        return max(persisted, writer.pending_max(conversation_id))
+
+    hub = InProcessHub()
+    await hub.start()
+    await writer.start()
+    publisher = FramePublisher(InProcessSeqAllocator(floor), writer, hub, metrics)
+    async with unit_of_work(sessionmaker) as session:
+        conversation = Conversation(owner_id="alice", org_id="acme", title="t", agent_status="thinking")
+        session.add(conversation)
+        await session.flush()
+        row = ConversationAgentSession(conversation_id=conversation.id, agent_session_id=agent_session_id,
+                                       status=AgentSessionStatus.ACTIVE.value)
+        message = Message(conversation_id=conversation.id, role="assistant", content="",
+                          status=MessageStatus.STREAMING.value, agent_session_id=agent_session_id,
+                          agent_metadata={"path": "agent"})
+        session.add_all([row, message])
+        await session.flush()
+        ids = conversation.id, row.id, message.id
+    log = FrameLog()
+    hub.subscribe(ids[0], log)
+    # What the delegation does before handing the stream over: the assistant message is announced
+    # (this also loads the seq floor, so the processor's own frames start from a warm allocator).
+    await publisher.emit(ids[0], FrameType.MESSAGE_CREATED, {"id": ids[2], "role": "assistant"})
+    try:
+        yield Bed(engine, sessionmaker, writer, hub, publisher, metrics, log, *ids, conversation, agent_session_id)
+    finally:
+        await writer.close()
+        await hub.close()
+        await engine.dispose()
+
+
+@pytest.fixture
+async def bed(database_url: str) -> AsyncIterator[Bed]:
+    async with _make_bed(database_url, flush_interval=0.05) as b:
+        yield b
+
+
+def envelope(seq: int, type_: EventType, data: dict[str, Any]) -> EventEnvelope:
+    return EventEnvelope(session_id=AGENT_SESSION_ID, run_id="run-1", seq=seq, type=type_, ts=utcnow(), data=data)
+
+
+def numbered(events: Iterable[tuple[EventType, dict[str, Any]]]) -> list[EventEnvelope]:
+    return [envelope(seq, type_, data) for seq, (type_, data) in enumerate(events, start=1)]
+
+
+async def stream_of(events: Iterable[EventEnvelope], *, then_raise: BaseException | None = None):
+    for item in events:
+        await asyncio.sleep(0)  # a network read: the reader yields to the loop between events
+        yield item
+    if then_raise is not None:
+        raise then_raise
+
+
+def chunk(text: str) -> tuple[EventType, dict[str, Any]]:
+    return EventType.ANSWER_CHUNK, {"text": text}
+
+
+TOOL_RUN = [
+    (EventType.THOUGHT, {"text": "I should use the calculator.", "step": 1}),
+    (EventType.TOOL_START, {"call_id": "c1", "tool": "calculator", "args": {"expression": "17*23"}}),
+    (EventType.TOOL_END, {"call_id": "c1", "tool": "calculator", "ok": True, "result": "391", "duration_ms": 1.234}),
+    (EventType.TOOL_START, {"call_id": "c2", "tool": "knowledge_search", "args": {"query": "x"}}),
+    (EventType.TOOL_END, {"call_id": "c2", "ok": False, "error": "index unavailable", "duration_ms": 5.0}),
+    chunk("17*23 "),
+    chunk("is "),
+    chunk("391."),
+    (EventType.COMPLETE, {"answer": "17*23 is 391.",
+                          "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
+                                    "llm_calls": 2, "tool_calls": 2}}),
+]
+
+
+async def test_each_event_type_maps_to_its_frame(bed: Bed) -> None:
+    outcome = await bed.processor().process(bed.turn(), stream_of(numbered(TOOL_RUN)))
+
+    assert outcome.kind is TurnOutcomeKind.COMPLETE
+    assert outcome.content == "17*23 is 391." and outcome.last_seq == len(TOOL_RUN)
+    frames = bed.log.frames[1:]  # after message.created
+    assert [f.type for f in frames] == [
+        FrameType.AGENT_THINKING,
+        FrameType.AGENT_TOOL_START, FrameType.AGENT_TOOL_END,
+        FrameType.AGENT_TOOL_START, FrameType.AGENT_TOOL_END,
+        FrameType.MESSAGE_DELTA, FrameType.MESSAGE_DELTA, FrameType.MESSAGE_DELTA,
+        FrameType.MESSAGE_COMPLETED, FrameType.AGENT_COMPLETE,
+    ]
+    mid = bed.message_id
+    assert all(f.conversation_id == bed.conversation_id for f in frames)
+    assert [f.seq for f in frames] == list(range(2, 2 + len(frames)))
+    assert frames[0].data == {"message_id": mid, "text": "I should use the calculator.", "step": 1}
+    assert frames[1].data == {"message_id": mid, "call_id": "c1", "tool": "calculator",
+                              "args": {"expression": "17*23"}}
+    assert frames[2].data == {"message_id": mid, "call_id": "c1", "tool": "calculator", "ok": True,
+                              "duration_ms": 1.234, "error": None, "result_preview": "391"}
+    # TOOL_END without a tool name: the name known from TOOL_START is reported.
+    assert frames[4].data == {"message_id": mid, "call_id": "c2", "tool": "knowledge_search", "ok": False,
+                              "duration_ms": 5.0, "error": "index unavailable", "result_preview": None}
+    assert [f.data for f in frames[5:8]] == [{"message_id": mid, "text": t} for t in ("17*23 ", "is ", "391.")]
+    assert frames[8].data == {"message_id": mid, "content": "17*23 is 391.", "status": "complete"}
+    assert frames[9].data["message_id"] == mid and frames[9].data["agent_session_id"] == AGENT_SESSION_ID
+    assert frames[9].data["usage"]["total_tokens"] == 15 and frames[9].data["usage"]["tool_calls"] == 2
+
+    message = await bed.message()
+    assert message.status == MessageStatus.COMPLETE.value and message.content == "17*23 is 391."
+    meta = message.agent_metadata
+    assert meta["path"] == "agent" and meta["route_reason"] == "explicit_command"
+    assert meta["in_reply_to"] == "user-msg-1" and meta["agent_session_id"] == AGENT_SESSION_ID
+    assert meta["last_event_seq"] == len(TOOL_RUN) and meta["usage"]["total_tokens"] == 15
+    assert meta["tools"] == {
+        "c1": {"tool": "calculator", "args": {"expression": "17*23"}, "status": "ok", "duration_ms": 1.23,
+               "error": None, "result_preview": "391"},
+        "c2": {"tool": "knowledge_search", "args": {"query": "x"}, "status": "error", "duration_ms": 5.0,
+               "error": "index unavailable", "result_preview": None},
+    }
+    row = await bed.session_row()
+    assert row.status == AgentSessionStatus.ACTIVE.value  # the session stays open for the next turn
+    assert row.last_event_seq == len(TOOL_RUN)
+    assert await bed.agent_status() is None
+
+    # Every frame is persisted for replay (the terminal frame is a boundary: committed at once).
+    await bed.writer.flush()
+    async with unit_of_work(bed.sessionmaker) as session:
+        persisted = await FrameRepository(session).list_after(bed.conversation_id, 0, limit=100)
+    assert [(f.seq, f.type, f.data) for f in persisted] == [(f.seq, f.type, f.data) for f in bed.log.frames]
+
+
+async def test_long_tool_results_are_previewed(bed: Bed) -> None:
+    result = "x" * (RESULT_PREVIEW_CHARS * 3)
+    events = numbered([
+        (EventType.TOOL_START, {"call_id": "c1", "tool": "knowledge_search", "args": {}}),
+        (EventType.TOOL_END, {"call_id": "c1", "ok": True, "result": result, "duration_ms": 2}),
+        chunk("done"),
+        (EventType.COMPLETE, {"answer": "done"}),
+    ])
+    await bed.processor().process(bed.turn(), stream_of(events))
+    preview = bed.log.of(FrameType.AGENT_TOOL_END)[0].data["result_preview"]
+    assert len(preview) == RESULT_PREVIEW_CHARS and preview.endswith("…")
+    assert (await bed.message()).agent_metadata["tools"]["c1"]["result_preview"] == preview
+
+
+async def test_tool_status_is_in_the_message_metadata_while_the_run_goes_on(bed: Bed) -> None:
+    """A client loading the conversation mid-run sees which tools ran (TOOL_END is a boundary)."""
+    gate = asyncio.Event()
+
+    async def events():
+        yield envelope(1, EventType.TOOL_START, {"call_id": "c1", "tool": "calculator", "args": {"e": "1+1"}})
+        yield envelope(2, EventType.TOOL_END, {"call_id": "c1", "ok": True, "result": 2, "duration_ms": 1})
+        await gate.wait()
+        yield envelope(3, EventType.COMPLETE, {"answer": "2"})
+
+    run = asyncio.create_task(bed.processor().process(bed.turn(), events()))
+    await bed.log.wait_for(lambda frames: any(f.type == FrameType.AGENT_TOOL_END for f in frames))
+    # The metadata write follows the tool_end frame inside the same handler: wait for it by
+    # polling the database state itself, bounded.
+    async with asyncio.timeout(10):
+        while "c1" not in ((await bed.message()).agent_metadata or {}).get("tools", {}):
+            await asyncio.sleep(0.01)
+    message = await bed.message()
+    assert message.status == MessageStatus.STREAMING.value
+    assert message.agent_metadata["tools"]["c1"]["status"] == "ok"
+    gate.set()
+    outcome = await run
+    assert outcome.kind is TurnOutcomeKind.COMPLETE
+
+
+async def test_answer_chunks_cause_no_database_statement(database_url: str) -> None:
+    # A group-commit window longer than the test: frames reach the database only at event
+    # boundaries, so any statement seen while chunks flow would come from the processor itself.
+    async with _make_bed(database_url, flush_interval=30.0) as bed:
+        await bed.writer.flush()
+        statements = StatementLog(bed.engine)
+        try:
+            n_chunks = 300
+            gate = asyncio.Event()
+
+            async def events():
+                for seq in range(1, n_chunks + 1):
+                    await asyncio.sleep(0)
+                    yield envelope(seq, EventType.ANSWER_CHUNK, {"text": f"t{seq} "})
+                await gate.wait()
+                yield envelope(n_chunks + 1, EventType.COMPLETE,
+                               {"answer": "".join(f"t{s} " for s in range(1, n_chunks + 1))})
+
+            run = asyncio.create_task(bed.processor().process(bed.turn(), events()))
+            await bed.log.wait_for(lambda frames: len(frames) == 1 + n_chunks)
+            during_chunks = list(statements.statements)
+            gate.set()
+            outcome = await run
+            await bed.writer.flush()
+            after = statements.statements
+        finally:
+            statements.close()
+
+    assert during_chunks == []
+    assert outcome.kind is TurnOutcomeKind.COMPLETE
+    message_updates = [s for s in after if s.startswith("UPDATE MESSAGES")]
+    # The final message is written once, content and metadata together.
+    assert len(message_updates) == 1 and "CONTENT" in message_updates[0] and "AGENT_METADATA" in message_updates[0]
+    # Frames are group-committed: a handful of batch inserts for 300 deltas, not one per delta.
+    frame_inserts = [s for s in after if s.startswith("INSERT INTO CONVERSATION_FRAMES")]
+    assert 1 <= len(frame_inserts) <= 3, len(frame_inserts)
+
+
+async def test_ask_user_creates_the_pending_question_and_pauses(bed: Bed) -> None:
+    far_future = utcnow() + timedelta(days=2)
+    before = utcnow()
+    events = numbered([
+        (EventType.THOUGHT, {"text": "I need the city."}),
+        chunk("Let me check. "),
+        (EventType.ASK_USER, {"question_id": "q-42", "question": "Which city do you mean?",
+                              "expires_at": far_future.isoformat()}),
+    ])
+    outcome = await bed.processor().process(bed.turn(), stream_of(events))
+
+    assert outcome.kind is TurnOutcomeKind.ASK_USER and outcome.question_id == "q-42"
+    assert outcome.content == "Let me check. \n\nWhich city do you mean?"
+    assert bed.log.types[-2:] == [FrameType.MESSAGE_COMPLETED, FrameType.AGENT_ASK_USER]
+    completed, asked = bed.log.frames[-2:]
+    assert completed.data == {"message_id": bed.message_id, "content": outcome.content, "status": "complete"}
+    assert asked.data["question_id"] == "q-42" and asked.data["question"] == "Which city do you mean?"
+    assert asked.data["kind"] == "question" and asked.data["message_id"] == bed.message_id
+
+    async with unit_of_work(bed.sessionmaker) as session:
+        question = await session.get(PendingInteraction, "q-42")
+        count = await session.scalar(select(func.count()).select_from(PendingInteraction))
+    assert count == 1
+    assert question.status == InteractionStatus.PENDING.value
+    assert question.conversation_id == bed.conversation_id and question.agent_session_row_id == bed.session_row_id
+    assert question.agent_session_id == AGENT_SESSION_ID and question.question == "Which city do you mean?"
+    # The agent's own deadline is capped by this service's ASK_USER timeout (5 minutes).
+    assert before + timedelta(seconds=ASK_USER_TIMEOUT_S) <= question.expires_at
+    assert question.expires_at <= utcnow() + timedelta(seconds=ASK_USER_TIMEOUT_S)
+    assert asked.data["expires_at"] == question.expires_at.isoformat()
+
+    row = await bed.session_row()
+    assert row.status == AgentSessionStatus.AWAITING_USER.value
+    assert row.pending_question_id == "q-42" and row.last_event_seq == 3
+    assert await bed.agent_status() == AgentSessionStatus.AWAITING_USER.value
+    message = await bed.message()
+    assert message.status == MessageStatus.COMPLETE.value and message.content == outcome.content
+    assert message.agent_metadata["ask_user"]["question_id"] == "q-42"
+
+
+async def test_a_replayed_ask_user_does_not_create_the_question_twice(bed: Bed) -> None:
+    ask = (EventType.ASK_USER, {"question_id": "q-1", "question": "Which?",
+                                "expires_at": (utcnow() + timedelta(minutes=1)).isoformat()})
+    await bed.processor().process(bed.turn(), stream_of(numbered([ask])))
+    outcome = await bed.processor().process(bed.turn(), stream_of(numbered([ask])))
+    assert outcome.kind is TurnOutcomeKind.ASK_USER
+    async with unit_of_work(bed.sessionmaker) as session:
+        assert await session.scalar(select(func.count()).select_from(PendingInteraction)) == 1
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("LLM_UNAVAILABLE", USER_ERROR_TEXT["LLM_UNAVAILABLE"]),
+        ("MAX_STEPS_EXCEEDED", USER_ERROR_TEXT["MAX_STEPS_EXCEEDED"]),
+        ("INTERNAL", DEFAULT_USER_ERROR),
+        ("SOMETHING_NEW", DEFAULT_USER_ERROR),
+    ],
+)
+async def test_agent_error_shows_a_user_friendly_text(bed: Bed, code: str, expected: str) -> None:
+    raw = "upstream 502 from http://10.0.0.7:8080/v1/chat/completions: Traceback (most recent call last)"
+    events = numbered([chunk("Partial "), chunk("answer"),
+                       (EventType.ERROR, {"code": code, "message": raw, "retryable": True})])
+    outcome = await bed.processor().process(bed.turn(), stream_of(events))
+
+    assert outcome.kind is TurnOutcomeKind.AGENT_ERROR and outcome.error_code == code
+    assert bed.log.types[-2:] == [FrameType.MESSAGE_ERROR, FrameType.AGENT_ERROR]
+    message_error, agent_error = bed.log.frames[-2:]
+    assert message_error.data == {"message_id": bed.message_id, "code": code, "text": expected,
+                                  "content": "Partial answer"}
+    assert agent_error.data == {"message_id": bed.message_id, "code": code, "message": expected, "retryable": True}
+    assert all(raw not in str(f.data) and "Traceback" not in str(f.data) for f in bed.log.frames)
+
+    message = await bed.message()
+    assert message.status == MessageStatus.ERROR.value and message.content == "Partial answer"
+    assert message.agent_metadata["error"] == {"code": code}
+    assert (await bed.session_row()).status == AgentSessionStatus.FAILED.value
+    assert await bed.agent_status() is None
+
+
+async def test_a_stream_that_breaks_mid_run_ends_the_message_as_error(bed: Bed) -> None:
+    events = numbered([(EventType.THOUGHT, {"text": "hm"}), chunk("The answer "), chunk("is")])
+    broken = AgentStreamError("the event stream broke and 3 reconnects failed (AgentTransportError)")
+    outcome = await bed.processor().process(bed.turn(), stream_of(events, then_raise=broken))
+
+    assert outcome.kind is TurnOutcomeKind.INTERRUPTED
+    assert outcome.content == "The answer is" and outcome.last_seq == 3 and outcome.error is broken
+    assert bed.log.types[-2:] == [FrameType.MESSAGE_ERROR, FrameType.AGENT_ERROR]
+    message_error, agent_error = bed.log.frames[-2:]
+    assert message_error.data["text"] == broken.user_message and message_error.data["content"] == "The answer is"
+    assert agent_error.data["retryable"] is True and "reconnects" not in agent_error.data["message"]
+    message = await bed.message()
+    assert message.status == MessageStatus.ERROR.value and message.content == "The answer is"
+    assert message.agent_metadata["last_event_seq"] == 3
+    assert (await bed.session_row()).status == AgentSessionStatus.FAILED.value
+
+
+async def test_an_unexpected_failure_of_the_stream_is_reported_without_its_details(bed: Bed) -> None:
+    events = numbered([chunk("so far")])
+    outcome = await bed.processor().process(
+        bed.turn(), stream_of(events, then_raise=RuntimeError("socket fd 17 in bad state"))
+    )
+    assert outcome.kind is TurnOutcomeKind.INTERRUPTED and outcome.error_code == "stream_interrupted"
+    agent_error = bed.log.of(FrameType.AGENT_ERROR)[-1]
+    assert "connection to the agent was lost" in agent_error.data["message"]
+    assert all("fd 17" not in str(f.data) for f in bed.log.frames)
+    assert (await bed.message()).content == "so far"
+
+
+async def test_a_stream_ending_without_a_terminal_event_is_an_interruption(bed: Bed) -> None:
+    outcome = await bed.processor().process(bed.turn(), stream_of(numbered([chunk("half")])))
+    assert outcome.kind is TurnOutcomeKind.INTERRUPTED
+    message = await bed.message()
+    assert message.status == MessageStatus.ERROR.value and message.content == "half"
+    assert bed.log.types[-1] == FrameType.AGENT_ERROR
+
+
+class SlowHub(InProcessHub):
+    """A hub whose fan-out is slow (a remote hub under load): each publish takes several loop
+    turns, and the first one waits until the test opens the gate."""
+
+    def __init__(self, gate: asyncio.Event, turns_per_publish: int) -> None:
+        super().__init__()
+        self.gate = gate
+        self.turns = turns_per_publish
+
+    async def publish(self, frame: Frame) -> None:
+        await self.gate.wait()
+        for _ in range(self.turns):
+            await asyncio.sleep(0)
+        await super().publish(frame)
+
+
+async def test_the_bounded_queue_holds_the_reader_back(bed: Bed) -> None:
+    queue_size = 8
+    n_chunks = 400
+    gate = asyncio.Event()
+    hub = SlowHub(gate, turns_per_publish=5)
+    log = FrameLog()
+    hub.subscribe(bed.conversation_id, log)
+    publisher = FramePublisher(bed.publisher.seq, bed.writer, hub, bed.metrics)
+    processor = AgentEventProcessor(bed.sessionmaker, publisher, bed.metrics, queue_size=queue_size,
+                                    ask_user_timeout_s=ASK_USER_TIMEOUT_S)
+    produced = 0
+    max_lead = 0
+    reader_blocked = asyncio.Event()
+
+    async def events():
+        nonlocal produced, max_lead
+        for seq in range(1, n_chunks + 1):
+            await asyncio.sleep(0)  # a network read
+            produced += 1
+            max_lead = max(max_lead, produced - len(log.of(FrameType.MESSAGE_DELTA)))
+            if produced == queue_size + 2:
+                reader_blocked.set()
+            yield envelope(seq, EventType.ANSWER_CHUNK, {"text": "x"})
+        yield envelope(n_chunks + 1, EventType.COMPLETE, {"answer": "x" * n_chunks})
+
+    run = asyncio.create_task(processor.process(bed.turn(), events()))
+    await asyncio.wait_for(reader_blocked.wait(), 10)
+    # Give the reader many chances to run further ahead; with an unbounded buffer it would pull
+    # one event per loop turn.
+    for _ in range(200):
+        await asyncio.sleep(0)
+    # One event in the processor's hands, queue_size queued, one waiting for a free slot.
+    assert produced == queue_size + 2
+    gate.set()
+    outcome = await asyncio.wait_for(run, 60)
+
+    assert outcome.kind is TurnOutcomeKind.COMPLETE and outcome.content == "x" * n_chunks
+    assert len(log.of(FrameType.MESSAGE_DELTA)) == n_chunks
+    # The consumer was the slower side the whole time, and the reader never got further ahead.
+    assert max_lead == queue_size + 2
+
+
+async def test_processing_many_runs_keeps_statement_count_independent_of_chunks(database_url: str) -> None:
+    """Same number of statements (frames aside) for a 5-chunk and a 500-chunk answer."""
+    counts = []
+    for n_chunks in (5, 500):
+        async with _make_bed(database_url, flush_interval=0.05, agent_session_id=f"agent-sess-{n_chunks}") as bed:
+            await bed.writer.flush()
+            statements = StatementLog(bed.engine)
+            try:
+                answer = "y" * n_chunks
+                events = numbered([*(chunk("y") for _ in range(n_chunks)), (EventType.COMPLETE, {"answer": answer})])
+                outcome = await bed.processor().process(bed.turn(), stream_of(events))
+                await bed.writer.flush()
+            finally:
+                statements.close()
+            assert outcome.kind is TurnOutcomeKind.COMPLETE
+            async with unit_of_work(bed.sessionmaker) as session:
+                frames = await session.scalar(select(func.count()).select_from(ConversationFrame)
+                                              .where(ConversationFrame.conversation_id == bed.conversation_id))
+            assert frames == 1 + n_chunks + 2
+            counts.append(len([s for s in statements.statements if "CONVERSATION_FRAMES" not in s
+                               and not s.startswith("UPDATE CONVERSATIONS SET LAST_SEQ")]))
+    assert counts[0] == counts[1], counts
