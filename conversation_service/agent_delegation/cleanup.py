@@ -24,14 +24,14 @@ class QuestionExpiryJob:
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
 
-    async def run_once(self) -> int:
-        """Expire every question due now; returns how many this worker handled."""
-        total = 0
+    async def run_once(self) -> list[str]:
+        """Expire every question due now; returns the ids this worker handled."""
+        handled: list[str] = []
         while True:
-            handled = await self._delegation.expire_due(utcnow(), self._batch)
-            total += handled
-            if handled < self._batch:
-                return total
+            batch = await self._delegation.expire_due(utcnow(), self._batch)
+            handled.extend(batch)
+            if len(batch) < self._batch:
+                return handled
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="ask-user-expiry")
@@ -41,7 +41,7 @@ class QuestionExpiryJob:
             try:
                 handled = await self.run_once()
                 if handled:
-                    log.info("expired agent questions", extra={"count": handled})
+                    log.info("expired agent questions", extra={"count": len(handled)})
             except Exception:
                 log.exception("question expiry pass failed")
             try:

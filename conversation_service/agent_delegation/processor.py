@@ -136,6 +136,7 @@ class AgentEventProcessor:
                 if isinstance(item, BaseException):
                     return await self._interrupted(state, item)
                 envelope, received_at = item
+                state.received_at = received_at
                 outcome = await self._handle(state, envelope)
                 self._metrics.agent_event_processing_seconds.labels(type=envelope.type.value).observe(
                     time.perf_counter() - received_at
@@ -168,11 +169,15 @@ class AgentEventProcessor:
             case EventType.ANSWER_CHUNK:
                 text = envelope.data.get("text", "")
                 state.parts.append(text)
-                await self._publisher.emit(cid, FrameType.MESSAGE_DELTA, {"message_id": turn.message_id, "text": text})
+                await self._publisher.emit(
+                    cid, FrameType.MESSAGE_DELTA, {"message_id": turn.message_id, "text": text},
+                    received_at=state.received_at,
+                )
             case EventType.THOUGHT:
                 data = ThoughtData.model_validate(envelope.data)
                 await self._publisher.emit(
-                    cid, FrameType.AGENT_THINKING, {"message_id": turn.message_id, "text": data.text, "step": data.step}
+                    cid, FrameType.AGENT_THINKING, {"message_id": turn.message_id, "text": data.text, "step": data.step},
+                    received_at=state.received_at,
                 )
             case EventType.TOOL_START:
                 data = ToolStartData.model_validate(envelope.data)
@@ -180,6 +185,7 @@ class AgentEventProcessor:
                 await self._publisher.emit(
                     cid, FrameType.AGENT_TOOL_START,
                     {"message_id": turn.message_id, "call_id": data.call_id, "tool": data.tool, "args": data.args},
+                    received_at=state.received_at,
                 )
             case EventType.TOOL_END:
                 data = ToolEndData.model_validate(envelope.data)
@@ -189,7 +195,9 @@ class AgentEventProcessor:
                              error=data.error, result_preview=preview)
                 frame = {"message_id": turn.message_id, "call_id": data.call_id, "tool": entry.get("tool"),
                          "ok": data.ok, "duration_ms": data.duration_ms, "error": data.error, "result_preview": preview}
-                await self._publisher.emit(cid, FrameType.AGENT_TOOL_END, frame, boundary=True)
+                await self._publisher.emit(
+                    cid, FrameType.AGENT_TOOL_END, frame, boundary=True, received_at=state.received_at
+                )
                 async with unit_of_work(self._sessionmaker) as session:
                     await MessageRepository(session).set_agent_metadata(turn.message_id, state.metadata())
             case EventType.COMPLETE:
@@ -312,13 +320,14 @@ class AgentEventProcessor:
 
 
 class _TurnState:
-    __slots__ = ("last_seq", "parts", "tools", "turn")
+    __slots__ = ("last_seq", "parts", "received_at", "tools", "turn")
 
     def __init__(self, turn: AgentTurn) -> None:
         self.turn = turn
         self.parts: list[str] = []
         self.tools: dict[str, dict[str, Any]] = {}
         self.last_seq: int | None = None
+        self.received_at: float | None = None
 
     def metadata(self, **extra: Any) -> dict[str, Any]:
         return {

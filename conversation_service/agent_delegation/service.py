@@ -396,8 +396,10 @@ class AgentDelegation:
             )
         return True
 
-    async def expire_due(self, now: datetime, limit: int) -> int:
-        """One pass of the cleanup job: expire due questions, each handled by exactly one worker."""
+    async def expire_due(self, now: datetime, limit: int) -> list[str]:
+        """One pass of the cleanup job: expire due questions, each handled by exactly one worker.
+
+        Returns the ids of the questions this call expired."""
         async with unit_of_work(self._sessionmaker) as session:
             claimed = await InteractionRepository(session).claim_expired(now, limit)
             handled: list[PendingInteraction] = []
@@ -417,7 +419,7 @@ class AgentDelegation:
                  "question_id": question.question_id},
                 boundary=True,
             )
-        return len(handled)
+        return [question.question_id for question in handled]
 
 
 async def _iterate(stream) -> Any:

@@ -316,8 +316,10 @@ def _trip_plan(destination: str, days: int) -> str:
 
 def _trip_rule(text: str, history: list[LLMMessage], available: set[str], seed: str) -> BuiltinReply | None:
     previous = next((m for m in reversed(history) if m.role == "assistant"), None)
-    if previous is not None and previous.content.strip() == TRIP_QUESTION:
-        # The question was asked in text (no ask_user tool): this message is the answer.
+    if (previous is not None and previous.content.strip() == TRIP_QUESTION
+            and _arithmetic_rule(text, history, available, seed) is None):
+        # The question was asked in text (no ask_user tool): this message is the answer, unless it is
+        # plainly a new request (a user who moved on to arithmetic is not naming a destination).
         return _plan_from_answer(text)
     if not _TRIP.search(text):
         return None
