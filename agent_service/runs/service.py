@@ -82,6 +82,10 @@ class ActiveRun:
     channel: SessionChannel
     task: asyncio.Task[None] | None = None
     cancel_requested: bool = False
+    # Set by the task's first step: a task cancelled before it ever ran would skip its clean-up.
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    # The engine returned: the terminal event is being written and must not be interrupted.
+    finishing: bool = False
 
 
 @dataclass
@@ -121,6 +125,7 @@ class RunManager:
         return emit
 
     async def _drive(self, run: ActiveRun) -> None:
+        run.started.set()
         token = session_id_var.set(run.handle.session_id)
         self._metrics.runs_started.inc()
         self._metrics.active_runs.inc()
@@ -139,6 +144,7 @@ class RunManager:
             except Exception:
                 log.exception("run failed unexpectedly", extra={"run_id": run.handle.run_id})
                 outcome = Failed(ErrorCode.INTERNAL, "internal error in the agent service")
+            run.finishing = True
             await self._finish(run, outcome)
         except Exception:
             log.exception("run could not be finalised", extra={"run_id": run.handle.run_id})
@@ -196,10 +202,20 @@ class RunManager:
         if run is None or run.task is None:
             return False
         run.cancel_requested = True
-        run.task.cancel()
-        # Shielded: the caller going away must not interrupt the run's own clean-up.
-        await asyncio.shield(run.task)
+        # Wait for the ERROR event to be written; shielded so the caller going away does not
+        # interrupt the run's own clean-up.
+        await asyncio.shield(self._interrupt_when_started(run))
         return True
+
+    def _interrupt(self, run: ActiveRun) -> None:
+        if run.task is not None and run.started.is_set() and not run.finishing:
+            run.task.cancel()
+
+    async def _interrupt_when_started(self, run: ActiveRun) -> None:
+        await run.started.wait()
+        self._interrupt(run)
+        assert run.task is not None
+        await asyncio.wait([run.task])
 
     async def recover(self) -> int:
         """End runs a crashed process left ACTIVE: FAILED with an ERROR (INTERRUPTED, retryable)."""
@@ -231,11 +247,9 @@ class RunManager:
     async def shutdown(self) -> None:
         """Stop every run; each ends with ERROR INTERRUPTED (retryable) written to the log."""
         self._shutting_down = True
-        tasks = [run.task for run in self._runs.values() if run.task is not None]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        runs = list(self._runs.values())
+        if runs:
+            await asyncio.gather(*(self._interrupt_when_started(run) for run in runs), return_exceptions=True)
 
 
 class RunService:

@@ -111,7 +111,9 @@ async def test_idempotency_key_of_another_session_is_409(agent) -> None:
 
 
 async def test_cancel_a_running_run(agent_factory, db) -> None:
-    provider = BuiltinProvider(first_token_delay=0, chunk_delay=0.05)
+    # Paced so the run is surely still going when the cancel arrives (cancel waits for the run's
+    # end, so the pace does not slow the test down).
+    provider = BuiltinProvider(first_token_delay=0, chunk_delay=0.5)
     async with agent_factory(provider=provider) as agent:
         first = await agent.execute("search the docs for group commit", stop_after=1)
         session_id = first.events[0].session_id
