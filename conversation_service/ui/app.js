@@ -134,7 +134,9 @@ function renderConversations(items) {
   ul.replaceChildren();
   for (const c of items) {
     const li = el("li");
-    const button = el("button", "conversation", conversationLabel(c));
+    const button = el("button", "conversation");
+    button.append(el("span", "conversation-title", conversationLabel(c)));
+    button.title = conversationLabel(c);
     button.type = "button";
     button.dataset.id = c.id;
     if (c.agent_status === "AWAITING_USER") button.append(el("span", "badge", "question"));
