@@ -10,8 +10,8 @@ period to half a second; the schedules themselves are tested in the SDK's and br
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 from sqlalchemy import select
 
