@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -12,7 +14,7 @@ from typing import Any, AsyncIterator
 from urllib.parse import quote
 
 import httpx
-from playwright.async_api import Page, WebSocketRoute
+from playwright.async_api import Locator, Page, WebSocketRoute
 
 from agent_service.app import create_app as create_agent_app
 from agent_service.settings import AgentServiceSettings
@@ -99,10 +101,16 @@ async def chat_stack(
             yield ChatStack(url=url, app=app, http=http)
 
 
-async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 15.0, what: str = "condition") -> None:
-    """Poll a server-side condition (the browser side waits with Playwright's own expect)."""
+async def wait_until(check: Callable[[], bool | Awaitable[bool]], timeout: float = 15.0,
+                     what: str = "condition") -> None:
+    """Poll a condition outside the page (the page side waits with Playwright's ``expect``)."""
     deadline = time.monotonic() + timeout
-    while not await check():
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.05)
@@ -143,3 +151,18 @@ class SocketGate:
 
     def restore(self) -> None:
         self.is_open = True
+
+
+def assistant_after(page: Page, user_text: str) -> Locator:
+    """The first assistant message after the user's message with exactly this text."""
+    return page.locator(
+        f"#messages li.msg.user:has(.body:text-is({json.dumps(user_text)})) ~ li.msg.assistant"
+    ).first
+
+
+async def screen_messages(page: Page) -> list[list[str]]:
+    """[id, role, text] of every message on screen, top to bottom."""
+    return await page.eval_on_selector_all(
+        "#messages li.msg",
+        "els => els.map(e => [e.dataset.messageId, e.dataset.role, e.querySelector('.body').textContent])",
+    )

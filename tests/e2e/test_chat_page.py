@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 from playwright.async_api import Page, expect
 
-from tests.e2e.support import chat_stack, token
+from tests.e2e.support import assistant_after, chat_stack, screen_messages, token
 
 pytestmark = pytest.mark.browser
 
@@ -38,18 +37,6 @@ async def send(page: Page, text: str) -> None:
     await page.locator("#send").click()
     # The composer empties once the server accepted the message.
     await expect(page.locator("#content")).to_have_value("")
-
-
-def assistant_after(page: Page, user_text: str):
-    """The assistant message that follows the user's message with this exact text."""
-    return page.locator(f"#messages li.msg.user:has(.body:text-is({json.dumps(user_text)})) ~ li.msg.assistant").first
-
-
-async def screen_messages(page: Page) -> list[tuple[str, str, str]]:
-    return await page.eval_on_selector_all(
-        "#messages li.msg",
-        "els => els.map(e => [e.dataset.messageId, e.dataset.role, e.querySelector('.body').textContent])",
-    )
 
 
 async def test_a_user_session_in_the_browser(page: Page, tmp_path, monkeypatch) -> None:
