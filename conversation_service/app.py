@@ -50,6 +50,7 @@ from conversation_service.settings import ConversationSettings
 from conversation_service.state import ServiceState
 from conversation_service.tasks import TaskSupervisor
 from shared.db import create_engine, create_sessionmaker
+from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.logging import RequestIdMiddleware
 
@@ -93,6 +94,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.warn_about_defaults()
         metrics = ConversationMetrics()
+        install_http_metrics(app, metrics.registry)
         engine = create_engine(settings.conversation_database_url, pool_size=settings.database_pool_size)
         sessionmaker = create_sessionmaker(engine)
         if settings.should_migrate_on_start:
@@ -217,4 +219,6 @@ def create_app(
 
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestIdMiddleware)
+    # Outermost, so the count includes answers of the other middleware (413) and unhandled errors.
+    app.add_middleware(HttpMetricsMiddleware)
     return app
