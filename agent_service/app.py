@@ -33,6 +33,7 @@ from agent_service.settings import AgentServiceSettings
 from agent_service.tools.knowledge.indexer import index_knowledge
 from agent_service.tools.registry import build_registry
 from shared.db import create_engine, create_sessionmaker
+from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.logging import RequestIdMiddleware
 from shared.protocol import ErrorBody
@@ -108,6 +109,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics = AgentMetrics()
+        install_http_metrics(app, metrics.registry)
         db_engine = create_engine(settings.database_url)
         llm = provider
         event_log: EventLog | None = None
@@ -175,4 +177,6 @@ def create_app(
     app.include_router(profiles_router.router)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
+    # Outermost, so the count includes answers of the other middleware (413) and unhandled errors.
+    app.add_middleware(HttpMetricsMiddleware)
     return app
