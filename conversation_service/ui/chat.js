@@ -240,11 +240,13 @@ export class ChatView {
     this.notice = notice;
     this.messages = new Map();
     this.cards = new Map();
+    this.askedIn = new Map();  // question_id -> the message that asked it
   }
 
   clear() {
     this.messages.clear();
     this.cards.clear();
+    this.askedIn.clear();
     this.list.replaceChildren();
     this.status.set("");
   }
@@ -298,6 +300,7 @@ export class ChatView {
         view.finish(msg.content || "", "complete");
       }
     }
+    if (meta.ask_user && typeof meta.ask_user.question_id === "string") this.askedIn.set(meta.ask_user.question_id, msg.id);
     if (meta.answer_to) {
       const card = this.cards.get(meta.answer_to);
       if (card) card.close("answered", `Answered: ${msg.content}`);
@@ -316,7 +319,7 @@ export class ChatView {
     } finally {
       this.loadingHistory = false;
     }
-    if (pendingQuestion) this.askUser(pendingQuestion, null);
+    if (pendingQuestion) this.askUser(pendingQuestion, this.askedIn.get(pendingQuestion.question_id));
     this.list.scrollTop = this.list.scrollHeight;
   }
 

@@ -11,18 +11,28 @@ from playwright.async_api import Browser, Page, async_playwright
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
 @pytest.fixture(scope="session")
 async def browser() -> Browser:
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium is required for the browser tests: install it (apt-get install -y chromium), "
-                    f"or set CHROMIUM_PATH; {CHROMIUM} does not exist")
+        pytest.fail(
+            f"Chromium is required for the browser tests: install it (apt-get install -y chromium), "
+            f"or set CHROMIUM_PATH; {CHROMIUM} does not exist"
+        )
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        browser = await playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
         try:
             yield browser
         finally:

@@ -6,11 +6,11 @@ import asyncio
 import inspect
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -52,57 +52,84 @@ class ChatStack:
         return f"{self.url}/?token={quote(token(user))}"
 
     async def conversation(self, title: str = "t", user: str = "alice") -> str:
-        r = await self.http.post(f"{self.url}/conversations", json={"title": title}, headers=self.headers(user))
+        r = await self.http.post(
+            f"{self.url}/conversations", json={"title": title}, headers=self.headers(user)
+        )
         assert r.status_code == 201, r.text
         return r.json()["id"]
 
     async def send(self, conversation_id: str, content: str, user: str = "alice") -> dict:
-        r = await self.http.post(f"{self.url}/conversations/{conversation_id}/messages",
-                                 json={"content": content}, headers=self.headers(user))
+        r = await self.http.post(
+            f"{self.url}/conversations/{conversation_id}/messages",
+            json={"content": content},
+            headers=self.headers(user),
+        )
         assert r.status_code == 202, r.text
         return r.json()
 
     async def messages(self, conversation_id: str, user: str = "alice") -> list[dict]:
-        r = await self.http.get(f"{self.url}/conversations/{conversation_id}/messages?limit=200",
-                                headers=self.headers(user))
+        r = await self.http.get(
+            f"{self.url}/conversations/{conversation_id}/messages?limit=200", headers=self.headers(user)
+        )
         assert r.status_code == 200, r.text
         return r.json()["items"]
 
     async def agent_session(self, conversation_id: str, user: str = "alice") -> dict:
-        r = await self.http.get(f"{self.url}/conversations/{conversation_id}/agent-session", headers=self.headers(user))
+        r = await self.http.get(
+            f"{self.url}/conversations/{conversation_id}/agent-session", headers=self.headers(user)
+        )
         assert r.status_code == 200, r.text
         return r.json()
 
-    async def answer(self, conversation_id: str, question_id: str, answer: str, user: str = "alice") -> httpx.Response:
-        return await self.http.post(f"{self.url}/conversations/{conversation_id}/agent-answer",
-                                    json={"question_id": question_id, "answer": answer}, headers=self.headers(user))
+    async def answer(
+        self, conversation_id: str, question_id: str, answer: str, user: str = "alice"
+    ) -> httpx.Response:
+        return await self.http.post(
+            f"{self.url}/conversations/{conversation_id}/agent-answer",
+            json={"question_id": question_id, "answer": answer},
+            headers=self.headers(user),
+        )
 
 
 @asynccontextmanager
 async def chat_stack(
-    tmp_path: Path, *, profile: str = "default", delegation: dict | None = None, agent_chunk_delay: float = 0.005,
+    tmp_path: Path,
+    *,
+    profile: str = "default",
+    delegation: dict | None = None,
+    agent_chunk_delay: float = 0.005,
 ) -> AsyncIterator[ChatStack]:
     """The Agent Service and a ConversationService delegating to it, each with its SQLite file."""
     agent_settings = AgentServiceSettings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path}/agent.db", api_keys=[AGENT_KEY], migrate_on_start=True,
+        database_url=f"sqlite+aiosqlite:///{tmp_path}/agent.db",
+        api_keys=[AGENT_KEY],
+        migrate_on_start=True,
         knowledge_dir=tmp_path / "no-docs",
     )
     # A small pause per chunk, so answers stream over several frames as they would from a model.
-    agent_app = create_agent_app(agent_settings, provider=BuiltinProvider(first_token_delay=0,
-                                                                          chunk_delay=agent_chunk_delay))
+    agent_app = create_agent_app(
+        agent_settings, provider=BuiltinProvider(first_token_delay=0, chunk_delay=agent_chunk_delay)
+    )
     async with serve_app(agent_app) as agent_url:
         chat_settings = ConversationSettings(
-            conversation_database_url=f"sqlite+aiosqlite:///{tmp_path}/chat.db", auth_jwt_secret=JWT_SECRET,
-            migrate_on_start=True, redis_url=None, agent_service_url=agent_url, agent_service_api_key=AGENT_KEY,
+            conversation_database_url=f"sqlite+aiosqlite:///{tmp_path}/chat.db",
+            auth_jwt_secret=JWT_SECRET,
+            migrate_on_start=True,
+            redis_url=None,
+            agent_service_url=agent_url,
+            agent_service_api_key=AGENT_KEY,
         )
-        delegation_settings = DelegationSettings(**{**FAST, "agent_profile_name": profile, **(delegation or {})})
+        delegation_settings = DelegationSettings(
+            **{**FAST, "agent_profile_name": profile, **(delegation or {})}
+        )
         app = create_chat_app(chat_settings, delegation_settings=delegation_settings)
         async with serve_app(app) as url, httpx.AsyncClient(timeout=30) as http:
             yield ChatStack(url=url, app=app, http=http)
 
 
-async def wait_until(check: Callable[[], bool | Awaitable[bool]], timeout: float = 15.0,
-                     what: str = "condition") -> None:
+async def wait_until(
+    check: Callable[[], bool | Awaitable[bool]], timeout: float = 15.0, what: str = "condition"
+) -> None:
     """Poll a condition outside the page (the page side waits with Playwright's ``expect``)."""
     deadline = time.monotonic() + timeout
     while True:

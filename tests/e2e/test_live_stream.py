@@ -19,7 +19,9 @@ def after_seq_of(url: str) -> int:
     return int(parse_qs(urlsplit(url).query)["after_seq"][0])
 
 
-async def test_a_dropped_connection_resumes_after_the_last_seq_without_duplicates(page: Page, tmp_path) -> None:
+async def test_a_dropped_connection_resumes_after_the_last_seq_without_duplicates(
+    page: Page, tmp_path
+) -> None:
     async with chat_stack(tmp_path) as stack:
         cid = await stack.conversation("resume")
         gate = SocketGate()
@@ -42,7 +44,10 @@ async def test_a_dropped_connection_resumes_after_the_last_seq_without_duplicate
 
         async def answered() -> bool:
             items = await stack.messages(cid)
-            return any(m["role"] == "assistant" and "391" in m["content"] and m["status"] == "complete" for m in items)
+            return any(
+                m["role"] == "assistant" and "391" in m["content"] and m["status"] == "complete"
+                for m in items
+            )
 
         await wait_until(answered, what="the agent's answer on the server")
         await wait_until(lambda: gate.refused >= 2, what="two refused reconnects")
@@ -76,8 +81,12 @@ async def test_unknown_frames_are_ignored_and_notices_show_as_a_banner(page: Pag
         before = await screen_messages(page)
 
         # A frame type this page does not know (added by a later server version), then a notice.
-        await stack.state.publisher.emit(cid, "agent.plan_updated", {"message_id": before[-1][0], "text": "<b>x</b>"})
-        await stack.state.publisher.emit(cid, "notice", {"code": "maintenance", "text": "<i>Maintenance</i> at noon"})
+        await stack.state.publisher.emit(
+            cid, "agent.plan_updated", {"message_id": before[-1][0], "text": "<b>x</b>"}
+        )
+        await stack.state.publisher.emit(
+            cid, "notice", {"code": "maintenance", "text": "<i>Maintenance</i> at noon"}
+        )
         banner = page.locator("#banner")
         await expect(banner).to_be_visible()
         await expect(banner).to_have_attribute("data-kind", "notice")
@@ -139,7 +148,8 @@ async def test_the_composer_sends_each_message_once(page: Page, tmp_path) -> Non
         await page.locator("#content").fill("lost answer")
         await send.click()
         await expect(page.locator("#banner-text")).to_have_text(
-            "The server cannot be reached. Check your connection and try again.")
+            "The server cannot be reached. Check your connection and try again."
+        )
         await expect(page.locator("#content")).to_have_value("lost answer")
         await send.click()
         await expect(page.locator("#content")).to_have_value("")

@@ -55,7 +55,12 @@ async def test_approve_and_deny_a_tool_call(page: Page, tmp_path) -> None:
         assert (await reply.locator(".body").text_content()).strip()
 
         server = [m for m in await stack.messages(cid) if m["role"] == "user"]
-        assert [m["content"] for m in server] == ["/agent what is 17*23", "approve", "/agent what is 6*7", "deny"]
+        assert [m["content"] for m in server] == [
+            "/agent what is 17*23",
+            "approve",
+            "/agent what is 6*7",
+            "deny",
+        ]
 
 
 async def _pending_question(stack, cid: str) -> dict:
@@ -109,6 +114,7 @@ async def test_an_expired_question_shows_a_readable_error(page: Page, tmp_path) 
         await card.locator("input.answer-input").fill("Lisbon")
         await card.locator("button.answer-send").click()
         await expect(card.locator(".card-error")).to_have_text(
-            "The question expired before it was answered; send a new message to start again.")
+            "The question expired before it was answered; send a new message to start again."
+        )
         await expect(card).to_have_attribute("data-state", "expired")
         await expect(card.locator("input.answer-input")).to_be_disabled()
