@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 
 from conversation_service.agent_client import AgentServiceClient
 from conversation_service.agent_delegation.breaker import BreakerState, CircuitBreaker
+from conversation_service.agent_delegation.breaker_metrics import BreakerCollector
 from conversation_service.agent_delegation.cleanup import QuestionExpiryJob
 from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
 from conversation_service.agent_delegation.health import AgentHealthMonitor
@@ -155,6 +156,7 @@ def create_app(
             open_seconds=delegation_settings.agent_breaker_open_s,
             on_change=breaker_changed,
         )
+        metrics.registry.register(BreakerCollector(breaker))
         history = HistoryExtractor(
             history_settings, llm=llm, summary_cache=DatabaseSummaryCache(sessionmaker), registry=metrics.registry
         )

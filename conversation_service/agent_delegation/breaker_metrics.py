@@ -1,0 +1,32 @@
+"""The circuit breaker's failure count, read at scrape time.
+
+The breaker keeps its failures in a sliding window (5 in 60 s opens it); how full that window is
+only exists inside the breaker, so a collector reads it when Prometheus scrapes instead of every
+failure and every expiry of an old one updating a gauge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from conversation_service.agent_delegation.breaker import CircuitBreaker
+
+
+class BreakerCollector(Collector):
+    def __init__(self, breaker: CircuitBreaker) -> None:
+        self._breaker = breaker
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "conversation_agent_breaker_recent_failures",
+            "Agent Service failures inside the breaker's window (it opens when this reaches the threshold)",
+            value=self._breaker.recent_failures,
+        )
+        yield GaugeMetricFamily(
+            "conversation_agent_breaker_failure_threshold",
+            "Failures inside the window that open the breaker",
+            value=self._breaker.failure_threshold,
+        )

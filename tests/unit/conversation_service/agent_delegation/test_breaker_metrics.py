@@ -1,0 +1,38 @@
+"""The breaker's failure count is read at scrape time and follows its sliding window."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conversation_service.agent_delegation.breaker import BreakerState, CircuitBreaker
+from conversation_service.agent_delegation.breaker_metrics import BreakerCollector
+
+
+def _scrape(registry: CollectorRegistry) -> dict[str, float]:
+    text = generate_latest(registry).decode()
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_failure_count_follows_the_window():
+    now = [1000.0]
+    breaker = CircuitBreaker(failure_threshold=3, window_seconds=60, open_seconds=30, clock=lambda: now[0])
+    registry = CollectorRegistry()
+    registry.register(BreakerCollector(breaker))
+
+    assert _scrape(registry) == {
+        "conversation_agent_breaker_recent_failures": 0,
+        "conversation_agent_breaker_failure_threshold": 3,
+    }
+    breaker.record_failure()
+    now[0] += 10
+    breaker.record_failure()
+    assert _scrape(registry)["conversation_agent_breaker_recent_failures"] == 2
+
+    now[0] += 55  # the first failure is now older than the 60 s window
+    assert _scrape(registry)["conversation_agent_breaker_recent_failures"] == 1
+
+    breaker.record_failure()
+    breaker.record_failure()
+    assert breaker.state is BreakerState.OPEN
+    assert _scrape(registry)["conversation_agent_breaker_recent_failures"] == 3
