@@ -23,7 +23,7 @@ from conversation_service.app import create_app as create_chat_app
 from conversation_service.auth.tokens import issue_token
 from conversation_service.settings import ConversationSettings
 from shared.llm.builtin import BuiltinProvider
-from tests.support.servers import serve_app
+from tests.support.servers import free_port, serve_app
 
 AGENT_KEY = "agent-key-for-browser-tests-0123456789"
 JWT_SECRET = "browser-test-secret-for-the-chat-service-0123456789"
@@ -98,8 +98,16 @@ async def chat_stack(
     profile: str = "default",
     delegation: dict | None = None,
     agent_chunk_delay: float = 0.005,
+    agent_down: bool = False,
 ) -> AsyncIterator[ChatStack]:
-    """The Agent Service and a ConversationService delegating to it, each with its SQLite file."""
+    """The Agent Service and a ConversationService delegating to it, each with its SQLite file.
+
+    ``agent_down``: the ConversationService points at a port nobody listens on.
+    """
+    if agent_down:
+        async with _chat_service(tmp_path, f"http://127.0.0.1:{free_port()}", profile, delegation) as stack:
+            yield stack
+        return
     agent_settings = AgentServiceSettings(
         database_url=f"sqlite+aiosqlite:///{tmp_path}/agent.db",
         api_keys=[AGENT_KEY],
@@ -110,21 +118,29 @@ async def chat_stack(
     agent_app = create_agent_app(
         agent_settings, provider=BuiltinProvider(first_token_delay=0, chunk_delay=agent_chunk_delay)
     )
-    async with serve_app(agent_app) as agent_url:
-        chat_settings = ConversationSettings(
-            conversation_database_url=f"sqlite+aiosqlite:///{tmp_path}/chat.db",
-            auth_jwt_secret=JWT_SECRET,
-            migrate_on_start=True,
-            redis_url=None,
-            agent_service_url=agent_url,
-            agent_service_api_key=AGENT_KEY,
-        )
-        delegation_settings = DelegationSettings(
-            **{**FAST, "agent_profile_name": profile, **(delegation or {})}
-        )
-        app = create_chat_app(chat_settings, delegation_settings=delegation_settings)
-        async with serve_app(app) as url, httpx.AsyncClient(timeout=30) as http:
-            yield ChatStack(url=url, app=app, http=http)
+    async with (
+        serve_app(agent_app) as agent_url,
+        _chat_service(tmp_path, agent_url, profile, delegation) as stack,
+    ):
+        yield stack
+
+
+@asynccontextmanager
+async def _chat_service(
+    tmp_path: Path, agent_url: str, profile: str, delegation: dict | None
+) -> AsyncIterator[ChatStack]:
+    chat_settings = ConversationSettings(
+        conversation_database_url=f"sqlite+aiosqlite:///{tmp_path}/chat.db",
+        auth_jwt_secret=JWT_SECRET,
+        migrate_on_start=True,
+        redis_url=None,
+        agent_service_url=agent_url,
+        agent_service_api_key=AGENT_KEY,
+    )
+    delegation_settings = DelegationSettings(**{**FAST, "agent_profile_name": profile, **(delegation or {})})
+    app = create_chat_app(chat_settings, delegation_settings=delegation_settings)
+    async with serve_app(app) as url, httpx.AsyncClient(timeout=30) as http:
+        yield ChatStack(url=url, app=app, http=http)
 
 
 async def wait_until(
