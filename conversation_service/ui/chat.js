@@ -146,7 +146,8 @@ class QuestionCard {
     li.dataset.kind = this.kind;
     this.li = li;
     li.append(el("div", "card-title", this.kind === "approval" ? "The agent asks for your approval" : "The agent asks"));
-    li.append(el("p", "question-text", data.question || ""));
+    // Under the message that asks it, the question is not repeated.
+    if (!data.shownAbove) li.append(el("p", "question-text", data.question || ""));
     this.controls = [];
     if (this.kind === "approval") {
       const detail = el("div", "approval-detail");
@@ -326,9 +327,10 @@ export class ChatView {
   askUser(data, messageId) {
     if (!data || typeof data.question_id !== "string") return;
     if (this.cards.has(data.question_id)) return;
-    const card = new QuestionCard(data, this.answer);
-    this.cards.set(card.id, card);
     const anchor = messageId && this.messages.get(messageId);
+    const shownAbove = Boolean(anchor && data.question && anchor.text.trim().endsWith(data.question.trim()));
+    const card = new QuestionCard({ ...data, shownAbove }, this.answer);
+    this.cards.set(card.id, card);
     if (anchor) anchor.li.after(card.li); else this.list.append(card.li);
   }
 
