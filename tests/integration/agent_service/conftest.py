@@ -1,13 +1,5 @@
 from __future__ import annotations
 
-import warnings
-
-# bpe-openai reads its vocabularies with a deprecated importlib.resources call at import time;
-# import it once here with that one warning silenced (warnings are errors in this suite).
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="open_binary is deprecated", category=DeprecationWarning)
-    import shared.tokens  # noqa: F401
-
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,13 +179,5 @@ def assert_contiguous(events: list[EventEnvelope], start: int = 1) -> None:
 
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-_HERE = Path(__file__).resolve().parent
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # tests.support.servers.serve_app starts uvicorn with ws="websockets", whose legacy module warns
-    # on import; the Agent Service serves no WebSocket, so that warning says nothing about it.
-    for item in items:
-        if _HERE in Path(str(item.path)).resolve().parents:
-            item.add_marker(pytest.mark.filterwarnings("ignore:websockets.legacy is deprecated:DeprecationWarning"))
-            item.add_marker(pytest.mark.filterwarnings("ignore:The `websockets` implementation is deprecated"))

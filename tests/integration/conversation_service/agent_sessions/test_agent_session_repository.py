@@ -4,7 +4,6 @@ status rules, stale listing, and the one-open-session-per-conversation guarantee
 from __future__ import annotations
 
 import asyncio
-import warnings
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -33,10 +32,7 @@ S = AgentSessionStatus
 async def sessionmaker(database_url: str) -> AsyncIterator[async_sessionmaker]:
     engine = create_engine(database_url, pool_size=10)
     try:
-        with warnings.catch_warnings():
-            # migrations/conversation/alembic.ini has no path_separator yet (alembic deprecation).
-            warnings.filterwarnings("ignore", message="No path_separator found", category=DeprecationWarning)
-            await upgrade(engine)
+        await upgrade(engine)
         yield create_sessionmaker(engine)
     finally:
         await engine.dispose()

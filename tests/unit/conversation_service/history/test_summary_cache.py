@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -22,10 +21,7 @@ from shared.protocol import utcnow
 async def db_sessionmaker(database_url: str) -> AsyncIterator[async_sessionmaker]:
     engine = create_engine(database_url)
     try:
-        with warnings.catch_warnings():
-            # migrations/conversation/alembic.ini has no path_separator yet (alembic deprecation).
-            warnings.filterwarnings("ignore", message="No path_separator found", category=DeprecationWarning)
-            await upgrade(engine)
+        await upgrade(engine)
         yield create_sessionmaker(engine)
     finally:
         await engine.dispose()
