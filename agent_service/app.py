@@ -158,6 +158,7 @@ def create_app(
                     heartbeat_seconds=settings.heartbeat_seconds, retry_ms=settings.sse_retry_ms,
                     poll_seconds=settings.replay_poll_seconds,
                 ),
+                metrics,
             )
             yield
         finally:

@@ -10,6 +10,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Tool calls and first tokens span sub-millisecond (calculator) to tens of seconds (slow models).
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# The per-event overhead target is 1 ms at p95, so the buckets are fine below it and coarse above.
+_OVERHEAD_BUCKETS = (
+    0.00005, 0.0001, 0.00015, 0.0002, 0.0003, 0.0004, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005,
+    0.01, 0.025, 0.05, 0.1, 0.25, 1,
+)
 
 
 class AgentMetrics:
@@ -36,6 +41,11 @@ class AgentMetrics:
         self.event_batches = Histogram(
             "agent_event_log_batch_size", "Events written per group commit",
             buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=self.registry,
+        )
+        self.event_overhead = Histogram(
+            "agent_event_overhead_seconds",
+            "From a model delta received to its SSE bytes written to a live stream (non-terminal events)",
+            buckets=_OVERHEAD_BUCKETS, registry=self.registry,
         )
         self.dropped_subscribers = Counter(
             "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",

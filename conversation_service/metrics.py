@@ -64,6 +64,11 @@ class ConversationMetrics:
             "From an agent SSE event received to its frame published (spec: < 50 ms p95)",
             ["type"], buckets=_FAST, registry=r,
         )
+        self.agent_event_delivery_seconds = Histogram(
+            "conversation_agent_event_delivery_seconds",
+            "From an agent SSE event received to its frame sent on a WebSocket of this process, per client",
+            buckets=_FAST, registry=r,
+        )
         self.agent_retries = Counter(
             "conversation_agent_retries_total", "Agent Service calls repeated, by kind (retry, reconnect)", ["kind"],
             registry=r,

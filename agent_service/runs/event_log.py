@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,10 @@ class LiveEvent:
     envelope: EventEnvelope
     # Encoded once, written to every subscriber as is.
     sse: bytes
+    # perf_counter() when the run handed the event over (right as the model delta arrived); the
+    # streamer measures the service's own overhead per event from it. None for terminal events,
+    # whose commit is a deliberate wait, not overhead.
+    created: float | None = None
 
 
 class LiveSubscription:
@@ -233,7 +238,9 @@ class EventLog:
     def channel(self, session_id: str) -> SessionChannel | None:
         return self._channels.get(session_id)
 
-    def _envelope(self, channel: SessionChannel, type_: EventType, data: BaseModel | dict[str, Any]) -> LiveEvent:
+    def _envelope(
+        self, channel: SessionChannel, type_: EventType, data: BaseModel | dict[str, Any], created: float | None = None
+    ) -> LiveEvent:
         payload = data.model_dump(mode="json") if isinstance(data, BaseModel) else data
         envelope = EventEnvelope(
             session_id=channel.session_id, run_id=channel.run_id, seq=channel.next_seq, type=type_, ts=utcnow(),
@@ -241,7 +248,7 @@ class EventLog:
         )
         channel.next_seq += 1
         self._metrics.events.labels(type_.value).inc()
-        return LiveEvent(envelope, encode_envelope(envelope))
+        return LiveEvent(envelope, encode_envelope(envelope), created)
 
     def _publish(self, channel: SessionChannel, item: LiveEvent) -> None:
         for sub in list(channel.subscribers):
@@ -252,7 +259,7 @@ class EventLog:
 
     def emit(self, channel: SessionChannel, type_: EventType, data: BaseModel | dict[str, Any]) -> EventEnvelope:
         """Publish a non-terminal event now; it is persisted by the next group commit."""
-        item = self._envelope(channel, type_, data)
+        item = self._envelope(channel, type_, data, time.perf_counter())
         channel.unflushed[item.envelope.seq] = item
         self._publish(channel, item)
         self.writer.add(item.envelope)

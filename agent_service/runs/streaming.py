@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from agent_service.runs.event_log import EventLog
+from agent_service.metrics import AgentMetrics
+from agent_service.runs.event_log import EventLog, LiveEvent
 from agent_service.runs.repository import EventRepository
 from agent_service.sessions.repository import SessionRepository
 from shared.protocol import EventEnvelope, SessionStatus
@@ -31,10 +32,20 @@ class StreamSettings:
 
 
 class EventStreamer:
-    def __init__(self, event_log: EventLog, sessionmaker: async_sessionmaker, settings: StreamSettings) -> None:
+    def __init__(
+        self, event_log: EventLog, sessionmaker: async_sessionmaker, settings: StreamSettings,
+        metrics: AgentMetrics | None = None,
+    ) -> None:
         self._log = event_log
         self._sessionmaker = sessionmaker
         self._settings = settings
+        self._metrics = metrics
+
+    def _observe(self, item: LiveEvent) -> None:
+        # Called right after ``yield``: the response resumes this generator only once the server
+        # has taken the bytes, so this is the delta-to-socket time of the event.
+        if self._metrics is not None and item.created is not None:
+            self._metrics.event_overhead.observe(time.perf_counter() - item.created)
 
     async def _read(self, session_id: str, after: int) -> list[EventEnvelope]:
         async with self._sessionmaker() as db:
@@ -76,6 +87,7 @@ class EventStreamer:
                     continue
                 item = pending[seq]
                 yield item.sse
+                self._observe(item)
                 last = seq
                 if item.envelope.is_terminal and item.envelope.run_id == stop_run:
                     return
@@ -94,6 +106,7 @@ class EventStreamer:
                     if item.envelope.seq <= last:
                         continue
                     yield item.sse
+                    self._observe(item)
                     last = item.envelope.seq
                     if item.envelope.is_terminal and item.envelope.run_id == stop_run:
                         return

@@ -50,6 +50,8 @@ class ClientConnection:
         await self.ws.send_text(frame.to_json().decode())
         self.last_sent = frame.seq
         self.state.metrics.ws_frames_sent.inc()
+        if frame.received_at is not None:
+            self.state.metrics.agent_event_delivery_seconds.observe(time.perf_counter() - frame.received_at)
 
     async def _read_db(self, after: int, upto: int | None = None) -> list[Frame]:
         async with unit_of_work(self.state.sessionmaker) as session:

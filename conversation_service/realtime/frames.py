@@ -7,7 +7,7 @@ know. Control frames (``pong``, ``ack``, ``error``) answer one client only and c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -34,6 +34,9 @@ class Frame:
     seq: int
     conversation_id: str
     data: dict[str, Any]
+    # perf_counter() when the agent event behind this frame was received, so the sender can
+    # measure the whole path to the socket. Local to this process: never serialised.
+    received_at: float | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, "seq": self.seq, "conversation_id": self.conversation_id, "data": self.data}

@@ -49,13 +49,19 @@ class FramePublisher:
         self._metrics = metrics
         self._locks = _KeyedLocks()
 
-    async def emit(self, conversation_id: str, type: str, data: dict[str, Any], *, boundary: bool = False) -> Frame:
+    async def emit(
+        self, conversation_id: str, type: str, data: dict[str, Any], *, boundary: bool = False,
+        received_at: float | None = None,
+    ) -> Frame:
         """Publish one frame. ``boundary=True`` (a message completed) commits it without waiting
-        for the group-commit window."""
+        for the group-commit window. ``received_at`` stamps a frame made from an agent event."""
         started = time.perf_counter()
         lock = await self._locks.acquire(conversation_id)
         try:
-            frame = Frame(type=type, seq=await self.seq.next(conversation_id), conversation_id=conversation_id, data=data)
+            frame = Frame(
+                type=type, seq=await self.seq.next(conversation_id), conversation_id=conversation_id, data=data,
+                received_at=received_at,
+            )
             await self.writer.enqueue(frame)
             await self.hub.publish(frame)
         finally:
