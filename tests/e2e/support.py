@@ -170,6 +170,7 @@ class SocketGate:
     def __init__(self) -> None:
         self.is_open = True
         self.urls: list[str] = []
+        self.attempted_at: list[float] = []  # monotonic time of each connection attempt
         self.refused = 0
         self._live: list[tuple[WebSocketRoute, WebSocketRoute]] = []
 
@@ -178,6 +179,7 @@ class SocketGate:
 
     async def _route(self, ws: WebSocketRoute) -> None:
         self.urls.append(ws.url)
+        self.attempted_at.append(time.monotonic())
         if not self.is_open:
             self.refused += 1
             await ws.close(code=4000, reason="network down")

@@ -50,8 +50,11 @@ async def test_a_dropped_connection_resumes_after_the_last_seq_without_duplicate
             )
 
         await wait_until(answered, what="the agent's answer on the server")
-        await wait_until(lambda: gate.refused >= 2, what="two refused reconnects")
+        await wait_until(lambda: gate.refused >= 3, what="three refused reconnects")
         refused_urls = gate.urls[1:]
+        # Exponential backoff: each pause about twice the one before (jitter is at most 20 %).
+        first, second, third = gate.attempted_at[1:4]
+        assert third - second > 1.3 * (second - first), gate.attempted_at
         resumed_from = {after_seq_of(u) for u in refused_urls}
         assert len(resumed_from) == 1 and resumed_from.pop() > 0, refused_urls
 

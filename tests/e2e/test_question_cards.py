@@ -118,3 +118,24 @@ async def test_an_expired_question_shows_a_readable_error(page: Page, tmp_path) 
         )
         await expect(card).to_have_attribute("data-state", "expired")
         await expect(card.locator("input.answer-input")).to_be_disabled()
+
+
+async def test_a_question_that_expires_while_open_closes_its_card(page: Page, tmp_path) -> None:
+    delegation = {"ask_user_timeout_s": 1.0, "agent_cleanup_interval_s": 0.2}
+    async with chat_stack(tmp_path, delegation=delegation) as stack:
+        await stack.conversation("trip")
+        await page.goto(stack.page_url())
+        await expect(page.locator("#connection")).to_have_text("Live")
+        await page.locator("#content").fill("/agent plan a trip")
+        await page.locator("#send").click()
+        card = page.locator(".question-card[data-kind='question']")
+        await expect(card).to_have_attribute("data-state", "open")
+
+        # The cleanup job expires it and tells every client: the card closes, the banner says why.
+        await expect(card).to_have_attribute("data-state", "expired")
+        await expect(card.locator("input.answer-input")).to_be_disabled()
+        await expect(card.locator(".card-note")).to_have_text(
+            "This question expired. Send a new message to start again."
+        )
+        await expect(page.locator("#banner")).to_have_attribute("data-kind", "notice")
+        await expect(page.locator("#banner-text")).not_to_be_empty()
