@@ -1,0 +1,238 @@
+"""Agent Service benchmark (issue 2): events per second, overhead per event, memory per active run.
+
+    .venv/bin/python -m loadtests.bench_agent [--db sqlite|postgres] [--concurrency 50] ...
+
+Starts, as real processes on loopback: the fake OpenAI-compatible model (200 tokens, no delay) and
+the Agent Service pointed at it (``LLM_PROVIDER=openai``). Then:
+
+1. one run at a time: events/s of a run as the client sees it, and the service's overhead per
+   event (``agent_event_overhead_seconds``: model delta received -> SSE bytes written);
+2. ``--concurrency`` runs at once, ``--rounds`` times: the same figures under load;
+3. memory: a second Agent Service behind a slow model (each run streams for ~10 s) holds
+   ``--memory-runs`` runs active at once; RSS after minus RSS before, divided by the run count.
+
+Overhead percentiles come from the service's histogram (interpolated inside its buckets, like
+PromQL's ``histogram_quantile``); event rates and durations from the client's own clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadtests.common import (
+    AGENT_KEY,
+    REPO_ROOT,
+    agent_process,
+    databases,
+    fake_llm,
+    histogram_delta,
+    machine,
+    running,
+    scrape,
+    summarize_seconds,
+    verdict,
+    work_dir,
+    write_results,
+)
+from shared.sse import SSEDecoder
+
+OVERHEAD = "agent_event_overhead_seconds"
+BODY = {"profile_name": "default", "message": "Tell me something.",
+        "user_context": {"user_id": "bench", "org_id": "bench", "permissions": []}}
+
+
+@dataclass
+class RunResult:
+    events: int
+    answer_chunks: int
+    terminal: str | None
+    started: float
+    first_event: float | None
+    ended: float
+
+    @property
+    def duration(self) -> float:
+        return self.ended - self.started
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.duration if self.duration > 0 else 0.0
+
+
+async def execute(
+    client: httpx.AsyncClient, base_url: str, *, on_chunk: asyncio.Event | None = None,
+) -> RunResult:
+    """One run through ``POST /api/v1/agent/execute``, read to its terminal event."""
+    decoder = SSEDecoder()
+    events = chunks = 0
+    terminal = None
+    first = None
+    started = time.perf_counter()
+    async with client.stream("POST", f"{base_url}/api/v1/agent/execute", json=BODY,
+                             headers={"X-API-Key": AGENT_KEY}) as response:
+        if response.status_code != 200:
+            body = await response.aread()
+            raise RuntimeError(f"execute answered {response.status_code}: {body[:300]!r}")
+        async for raw in response.aiter_bytes():
+            for event in decoder.feed(raw):
+                events += 1
+                if first is None:
+                    first = time.perf_counter()
+                if event.event == "ANSWER_CHUNK":
+                    chunks += 1
+                    if on_chunk is not None:
+                        on_chunk.set()
+                elif event.event in ("COMPLETE", "ERROR", "ASK_USER"):
+                    terminal = event.event
+    return RunResult(events, chunks, terminal, started, first, time.perf_counter())
+
+
+def _check(results: list[RunResult]) -> None:
+    bad = [r.terminal for r in results if r.terminal != "COMPLETE"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} runs did not complete: {bad[:5]}")
+
+
+async def phase(client: httpx.AsyncClient, base_url: str, concurrency: int, rounds: int) -> dict[str, Any]:
+    before = await scrape(client, base_url)
+    results: list[RunResult] = []
+    walls: list[float] = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        batch = await asyncio.gather(*(execute(client, base_url) for _ in range(concurrency)))
+        walls.append(time.perf_counter() - t0)
+        results.extend(batch)
+    after = await scrape(client, base_url)
+    _check(results)
+    overhead = histogram_delta(before, after, OVERHEAD)
+    total_events = sum(r.events for r in results)
+    return {
+        "concurrency": concurrency,
+        "runs": len(results),
+        "events_per_run": statistics.median(r.events for r in results),
+        "events_per_second_per_run_median": round(statistics.median(r.events_per_second for r in results), 1),
+        "events_per_second_aggregate": round(total_events / sum(walls), 1),
+        "run_duration": summarize_seconds([r.duration for r in results]),
+        "time_to_first_event": summarize_seconds([r.first_event - r.started for r in results if r.first_event]),
+        "overhead_per_event": overhead.summary(),
+        "overhead_share_at_most_1ms": overhead.share_at_most(0.001),
+    }
+
+
+def _gauge(text: str, name: str) -> float:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
+    raise KeyError(name)
+
+
+async def memory_phase(client: httpx.AsyncClient, base_url: str, rss, runs: int) -> dict[str, Any]:
+    # Warm the process first (imports, pools, caches): the baseline then holds what every run reuses.
+    await asyncio.gather(*(execute(client, base_url) for _ in range(min(10, runs))))
+    baseline = statistics.median([rss() for _ in range(5)])
+    chunks = [asyncio.Event() for _ in range(runs)]
+    tasks = [asyncio.create_task(execute(client, base_url, on_chunk=e)) for e in chunks]
+    # Every run is streaming answer chunks: all of them are active now.
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in chunks)), 120)
+    samples = []
+    active_seen = []
+    for _ in range(5):
+        samples.append(rss())
+        active_seen.append(_gauge((await client.get(f"{base_url}/metrics")).text, "agent_active_runs"))
+        await asyncio.sleep(0.2)  # spacing between RSS samples, not synchronisation
+    still_running = sum(not t.done() for t in tasks)
+    results = await asyncio.gather(*tasks)
+    _check(results)
+    after_runs = rss()
+    active = statistics.median(samples)
+    return {
+        "runs_held_active": runs,
+        "runs_still_streaming_after_sampling": still_running,
+        "agent_active_runs_gauge_while_sampling": active_seen,
+        "rss_baseline_mib": round(baseline / 2**20, 2),
+        "rss_active_mib": round(active / 2**20, 2),
+        "rss_after_runs_ended_mib": round(after_runs / 2**20, 2),
+        "rss_delta_per_active_run_kib": round((active - baseline) / runs / 1024, 1),
+        "run_duration": summarize_seconds([r.duration for r in results]),
+    }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    root = work_dir("bench-agent")
+    results: dict[str, Any] = {
+        "benchmark": "agent_service", "machine": machine(), "database": args.db,
+        "settings": {"tokens": args.tokens, "ttft_ms": 0, "token_delay_ms": 0, "single_runs": args.single_runs,
+                     "concurrency": args.concurrency, "rounds": args.rounds, "memory_runs": args.memory_runs,
+                     "memory_token_delay_ms": args.memory_token_delay_ms, "log_level": args.log_level},
+    }
+    limits = httpx.Limits(max_connections=max(args.concurrency, args.memory_runs) + 10, max_keepalive_connections=20)
+    async with databases(args.db, ["agent", "agent_mem"], root) as urls, \
+            httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits) as client:
+        llm = fake_llm(root, tokens=args.tokens, ttft_ms=0, token_delay_ms=0)
+        agent = agent_process(root, llm, urls["agent"], args.log_level)
+        async with running(llm, agent):
+            await phase(client, agent.url, 1, args.warmup)
+            results["single_run"] = phase_single = await phase(client, agent.url, 1, args.single_runs)
+            _print("one run at a time", phase_single)
+            results["concurrent"] = phase_conc = await phase(client, agent.url, args.concurrency, args.rounds)
+            _print(f"{args.concurrency} concurrent runs", phase_conc)
+        if args.memory_runs:
+            slow = fake_llm(root, tokens=args.tokens, ttft_ms=0, token_delay_ms=args.memory_token_delay_ms,
+                            name="fake_llm_slow")
+            agent_mem = agent_process(root, slow, urls["agent_mem"], args.log_level, name="agent_service_mem")
+            async with running(slow, agent_mem):
+                results["memory"] = mem = await memory_phase(client, agent_mem.url, agent_mem.rss, args.memory_runs)
+            print(f"\n== memory, {args.memory_runs} active runs ==")
+            for key, value in mem.items():
+                print(f"  {key}: {value}")
+    p95 = phase_conc["overhead_per_event"]["p95_ms"]
+    results["targets"] = {
+        "overhead_p95_at_concurrency_le_1ms": {"value_ms": p95, "verdict": verdict(p95, 1.0)},
+    }
+    if "memory" in results:
+        per_run = results["memory"]["rss_delta_per_active_run_kib"]
+        results["targets"]["memory_per_active_run_le_256kib"] = {"value_kib": per_run, "verdict": verdict(per_run, 256)}
+    print("\n== targets ==")
+    for name, target in results["targets"].items():
+        print(f"  {name}: {target}")
+    results["logs"] = str(root)
+    return results
+
+
+def _print(title: str, figures: dict[str, Any]) -> None:
+    print(f"\n== {title} ==")
+    for key, value in figures.items():
+        print(f"  {key}: {value}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--single-runs", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--memory-runs", type=int, default=100, help="0 skips the memory phase")
+    parser.add_argument("--memory-token-delay-ms", type=float, default=50.0)
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = REPO_ROOT / "loadtests" / "results" / f"bench_agent-{args.db}.json"
+    return args
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    write_results(arguments.out, asyncio.run(main(arguments)))

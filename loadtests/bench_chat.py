@@ -1,0 +1,225 @@
+"""ConversationService benchmark (issue 3): delegation overhead, per-event processing, routing time.
+
+    .venv/bin/python -m loadtests.bench_chat [--db sqlite|postgres] [--conversations 20] ...
+
+Starts, as real processes on loopback: the fake OpenAI-compatible model with a fixed time to first
+token, the Agent Service and the ConversationService, both behind that same model. Then
+``--conversations`` conversations reply at once, ``--rounds`` times per path, alternating the
+agent path (``/agent`` messages, delegated) and the direct LLM path, each conversation with its
+WebSocket open:
+
+- first chunk, end to end: POST of the message -> first ``message.delta`` frame on the WebSocket
+  (client clock); agent minus direct is the delegation overhead. The services' own
+  ``conversation_agent_first_chunk_seconds`` / ``conversation_direct_first_chunk_seconds`` are
+  reported beside it.
+- per-event processing: ``conversation_agent_event_delivery_seconds`` (agent SSE event received ->
+  its WebSocket frame sent) and ``conversation_agent_event_processing_seconds`` (-> frame published).
+- routing decision time: ``conversation_routing_decision_seconds``, plus the MessageRouter timed
+  in this process on the same messages for exact percentiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import websockets
+
+from conversation_service.auth.tokens import issue_token
+from conversation_service.routing.router import MessageRouter
+from conversation_service.routing.settings import RoutingSettings
+from loadtests.common import (
+    JWT_SECRET,
+    REPO_ROOT,
+    agent_process,
+    conversation_process,
+    databases,
+    fake_llm,
+    histogram_delta,
+    machine,
+    running,
+    scrape,
+    summarize_seconds,
+    verdict,
+    work_dir,
+    write_results,
+)
+
+TURN_TIMEOUT_S = 120
+
+
+@dataclass
+class Turn:
+    path: str
+    first_chunk: float | None
+    done: float | None
+    deltas: int
+    outcome: str
+
+
+class Conversation:
+    def __init__(self, http: httpx.AsyncClient, base_url: str, user: str) -> None:
+        self.http = http
+        self.base_url = base_url
+        self.headers = {"Authorization": f"Bearer {issue_token(JWT_SECRET, user, 'bench', ttl_s=24 * 3600)}"}
+        self.id = ""
+        self.ws: Any = None
+
+    async def open(self) -> None:
+        r = await self.http.post(f"{self.base_url}/conversations", json={"title": "bench"}, headers=self.headers)
+        r.raise_for_status()
+        self.id = r.json()["id"]
+        url = self.base_url.replace("http://", "ws://") + f"/conversations/{self.id}/ws"
+        self.ws = await websockets.connect(url, additional_headers=self.headers, max_size=2**22)
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            await self.ws.close()
+
+    async def turn(self, path: str, text: str) -> Turn:
+        content = f"/agent {text}" if path == "agent" else text
+        started = time.perf_counter()
+        r = await self.http.post(f"{self.base_url}/conversations/{self.id}/messages",
+                                 json={"content": content}, headers=self.headers)
+        r.raise_for_status()
+        target = r.json()["route"]["target"]
+        expected = "agent" if path == "agent" else "direct_llm"
+        if target != expected:
+            raise RuntimeError(f"message routed to {target}, expected {expected}")
+        first = None
+        deltas = 0
+        # An agent reply ends with agent.complete, a direct one with its message.completed.
+        end = "agent.complete" if path == "agent" else "message.completed"
+        async with asyncio.timeout(TURN_TIMEOUT_S):
+            while True:
+                frame = orjson.loads(await self.ws.recv())
+                kind = frame["type"]
+                if kind == "message.delta":
+                    deltas += 1
+                    if first is None:
+                        first = time.perf_counter() - started
+                elif kind == end:
+                    return Turn(path, first, time.perf_counter() - started, deltas, "ok")
+                elif kind in ("message.error", "agent.error", "notice"):
+                    return Turn(path, first, time.perf_counter() - started, deltas, kind)
+
+
+def route_timing(samples: int) -> dict[str, Any]:
+    """The MessageRouter as the service builds it (default settings), timed call by call."""
+    router = MessageRouter(RoutingSettings())
+    messages = ["/agent what is 17*23", "hello there, how are you?", "please search the docs for the SLA",
+                "a longer message " * 40, "@agent calculate 2+2"]
+    timings = []
+    for i in range(samples):
+        text = messages[i % len(messages)]
+        t0 = time.perf_counter()
+        router.route(text, user_id="u", org_id="o", has_active_session=bool(i % 2), agent_available=True)
+        timings.append(time.perf_counter() - t0)
+    return summarize_seconds(timings)
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    root = work_dir("bench-chat")
+    results: dict[str, Any] = {
+        "benchmark": "conversation_service", "machine": machine(), "database": args.db,
+        "settings": {"conversations": args.conversations, "rounds_per_path": args.rounds, "tokens": args.tokens,
+                     "ttft_ms": args.ttft_ms, "token_delay_ms": args.token_delay_ms, "log_level": args.log_level},
+    }
+    limits = httpx.Limits(max_connections=args.conversations * 2 + 10)
+    async with databases(args.db, ["agent", "chat"], root) as urls, \
+            httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=limits) as http:
+        llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms)
+        agent = agent_process(root, llm, urls["agent"], args.log_level)
+        chat = conversation_process(root, llm, agent, urls["chat"], args.log_level)
+        async with running(llm, agent, chat):
+            # Separate conversations per path: once a conversation has an agent session, the
+            # router keeps it with the agent.
+            convs = {path: [Conversation(http, chat.url, f"bench-{path}-{i}") for i in range(args.conversations)]
+                     for path in ("agent", "direct")}
+            for group in convs.values():
+                await asyncio.gather(*(c.open() for c in group))
+            try:
+                # Warm-up: one turn per conversation on each path, not counted.
+                for path, group in convs.items():
+                    await asyncio.gather(*(c.turn(path, "warm up") for c in group))
+                before = await scrape(http, chat.url)
+                turns: list[Turn] = []
+                for r in range(args.rounds):
+                    for path, group in convs.items():
+                        turns.extend(await asyncio.gather(*(c.turn(path, f"what is {r}*7") for c in group)))
+                after = await scrape(http, chat.url)
+            finally:
+                for group in convs.values():
+                    await asyncio.gather(*(c.close() for c in group), return_exceptions=True)
+
+    failed = [t for t in turns if t.outcome != "ok"]
+    figures: dict[str, Any] = {"turns": len(turns), "failed_turns": len(failed),
+                               "failed_outcomes": sorted({t.outcome for t in failed})}
+    for path in ("agent", "direct"):
+        mine = [t for t in turns if t.path == path and t.outcome == "ok"]
+        figures[f"{path}_first_chunk_end_to_end"] = summarize_seconds([t.first_chunk for t in mine if t.first_chunk])
+        figures[f"{path}_reply_end_to_end"] = summarize_seconds([t.done for t in mine if t.done])
+        figures[f"{path}_deltas_per_reply_min"] = min((t.deltas for t in mine), default=0)
+    overhead = {q: round(figures["agent_first_chunk_end_to_end"][q] - figures["direct_first_chunk_end_to_end"][q], 3)
+                for q in ("p50_ms", "p95_ms", "p99_ms")}
+    figures["delegation_overhead_first_chunk_ms"] = overhead
+    figures["server_agent_first_chunk"] = histogram_delta(before, after, "conversation_agent_first_chunk_seconds").summary()
+    figures["server_direct_first_chunk"] = histogram_delta(before, after, "conversation_direct_first_chunk_seconds").summary()
+    delivery = histogram_delta(before, after, "conversation_agent_event_delivery_seconds")
+    figures["event_sse_received_to_ws_sent"] = delivery.summary()
+    figures["event_sse_received_to_ws_sent_share_at_most_2ms"] = delivery.share_at_most(0.002)
+    figures["event_sse_received_to_frame_published"] = histogram_delta(
+        before, after, "conversation_agent_event_processing_seconds").summary()
+    figures["event_sse_received_to_frame_published_answer_chunks"] = histogram_delta(
+        before, after, "conversation_agent_event_processing_seconds", type="ANSWER_CHUNK").summary()
+    routing = histogram_delta(before, after, "conversation_routing_decision_seconds")
+    figures["routing_decision_in_service"] = routing.summary()
+    figures["routing_decision_in_service_share_at_most_1ms"] = routing.share_at_most(0.001)
+    figures["routing_decision_in_process"] = route_timing(args.route_samples)
+    results["figures"] = figures
+    results["targets"] = {
+        "delegation_overhead_p95_le_15ms": {"value_ms": overhead["p95_ms"], "verdict": verdict(overhead["p95_ms"], 15)},
+        "delegation_overhead_p95_spec_lt_500ms": {"value_ms": overhead["p95_ms"],
+                                                  "verdict": verdict(overhead["p95_ms"], 500)},
+        "event_processing_p95_le_2ms": {"value_ms": delivery.summary()["p95_ms"],
+                                        "verdict": verdict(delivery.summary()["p95_ms"], 2)},
+        "event_processing_p95_spec_lt_50ms": {"value_ms": delivery.summary()["p95_ms"],
+                                              "verdict": verdict(delivery.summary()["p95_ms"], 50)},
+        "routing_decision_p99_le_1ms": {"value_ms": routing.summary()["p99_ms"],
+                                        "verdict": verdict(routing.summary()["p99_ms"], 1)},
+    }
+    for key, value in figures.items():
+        print(f"  {key}: {value}")
+    print("\n== targets ==")
+    for name, target in results["targets"].items():
+        print(f"  {name}: {target}")
+    results["logs"] = str(root)
+    return results
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--conversations", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per path")
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--ttft-ms", type=float, default=200.0)
+    parser.add_argument("--token-delay-ms", type=float, default=0.0)
+    parser.add_argument("--route-samples", type=int, default=20_000)
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = REPO_ROOT / "loadtests" / "results" / f"bench_chat-{args.db}.json"
+    return args
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    write_results(arguments.out, asyncio.run(main(arguments)))

@@ -1,0 +1,359 @@
+"""What the benchmarks share: the product's processes on loopback, throwaway databases, Prometheus
+histograms read back from ``/metrics``, percentiles, the machine description and JSON results.
+
+Every figure a benchmark prints comes from one of two places: timestamps taken by the benchmark
+client itself (end-to-end latencies, throughput) or the services' own histograms, read before and
+after a phase so that only that phase's observations count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+AGENT_KEY = "bench-agent-key-0123456789abcdef"
+JWT_SECRET = "bench-jwt-secret-0123456789abcdef-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Process:
+    """One child process serving HTTP on 127.0.0.1 (stdout and stderr to a log file)."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_dir: Path
+    port: int = field(default_factory=free_port)
+    popen: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.name}.log"
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def rss(self) -> int:
+        """Resident set size of the process, in bytes."""
+        return psutil.Process(self.pid).memory_info().rss
+
+    async def start(self, health_path: str = "/health", timeout: float = 60.0) -> None:
+        with open(self.log_path, "wb") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, *self.argv, "--host", "127.0.0.1", "--port", str(self.port)],
+                env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}, cwd=REPO_ROOT,
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient() as client:
+            while time.monotonic() < deadline:
+                if self.popen.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited early:\n{self.log_path.read_text()[-4000:]}")
+                try:
+                    if (await client.get(self.url + health_path, timeout=1.0)).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.05)  # polling a child process for readiness; nothing to wait on
+        raise TimeoutError(f"{self.name} did not become healthy:\n{self.log_path.read_text()[-4000:]}")
+
+    async def stop(self) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.popen.wait), 20)
+        except TimeoutError:
+            self.popen.kill()
+            self.popen.wait()
+
+
+def fake_llm(log_dir: Path, *, tokens: int, ttft_ms: float, token_delay_ms: float, name: str = "fake_llm") -> Process:
+    return Process(
+        name, ["-m", "tests.support.fake_openai", "--tokens", str(tokens), "--ttft-ms", str(ttft_ms),
+               "--token-delay-ms", str(token_delay_ms)], {}, log_dir,
+    )
+
+
+def llm_env(llm: Process) -> dict[str, str]:
+    return {
+        "LLM_PROVIDER": "openai", "LLM_BASE_URL": f"{llm.url}/v1", "LLM_MODEL": "fake-model",
+        "LLM_API_KEY": "sk-bench",
+    }
+
+
+def agent_process(log_dir: Path, llm: Process, database_url: str, log_level: str, name: str = "agent_service") -> Process:
+    return Process(
+        name, ["-m", "agent_service"],
+        {
+            **llm_env(llm),
+            "AGENT_SERVICE_DATABASE_URL": database_url,
+            "AGENT_SERVICE_API_KEYS": AGENT_KEY,
+            "AGENT_SERVICE_MIGRATE_ON_START": "true",
+            # An empty knowledge folder: start-up does not index the project's documents.
+            "AGENT_SERVICE_KNOWLEDGE_DIR": str(log_dir / "knowledge"),
+            "AGENT_SERVICE_LOG_LEVEL": log_level,
+        },
+        log_dir,
+    )
+
+
+def conversation_process(
+    log_dir: Path, llm: Process, agent: Process, database_url: str, log_level: str,
+) -> Process:
+    return Process(
+        "conversation_service", ["-m", "conversation_service"],
+        {
+            **llm_env(llm),
+            "CONVERSATION_DATABASE_URL": database_url,
+            "MIGRATE_ON_START": "true",
+            "AGENT_SERVICE_URL": agent.url,
+            "AGENT_SERVICE_API_KEY": AGENT_KEY,
+            "AUTH_JWT_SECRET": JWT_SECRET,
+            "LOG_LEVEL": log_level,
+        },
+        log_dir,
+    )
+
+
+@asynccontextmanager
+async def running(*processes: Process) -> AsyncIterator[None]:
+    """Start ``processes`` in order (each healthy before the next), stop them in reverse."""
+    started: list[Process] = []
+    try:
+        for proc in processes:
+            (proc.log_dir / "knowledge").mkdir(parents=True, exist_ok=True)
+            await proc.start()
+            started.append(proc)
+        yield
+    finally:
+        for proc in reversed(started):
+            await proc.stop()
+
+
+def work_dir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
+
+
+# --- databases ---------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def databases(kind: str, names: Iterable[str], root: Path) -> AsyncIterator[dict[str, str]]:
+    """One fresh database per name: SQLite files under ``root``, or throwaway PostgreSQL databases
+    (created here, dropped afterwards)."""
+    names = list(names)
+    if kind == "sqlite":
+        yield {n: f"sqlite+aiosqlite:///{root / f'{n}.db'}" for n in names}
+        return
+    import asyncpg
+
+    created = {n: f"bench_{n}_{uuid.uuid4().hex[:8]}" for n in names}
+    admin = await asyncpg.connect(POSTGRES_ADMIN_URL)
+    try:
+        for db in created.values():
+            await admin.execute(f'CREATE DATABASE "{db}"')
+    finally:
+        await admin.close()
+    try:
+        yield {n: f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db}" for n, db in created.items()}
+    finally:
+        admin = await asyncpg.connect(POSTGRES_ADMIN_URL)
+        try:
+            for db in created.values():
+                await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+# --- Prometheus histograms ---------------------------------------------------------------------
+
+
+@dataclass
+class Histogram:
+    """Cumulative bucket counts (upper bound -> count), as exposed."""
+
+    buckets: dict[float, float] = field(default_factory=dict)
+    count: float = 0.0
+    total: float = 0.0
+
+    def __sub__(self, other: Histogram) -> Histogram:
+        return Histogram(
+            {le: c - other.buckets.get(le, 0.0) for le, c in self.buckets.items()},
+            self.count - other.count, self.total - other.total,
+        )
+
+    def __add__(self, other: Histogram) -> Histogram:
+        les = set(self.buckets) | set(other.buckets)
+        return Histogram(
+            {le: self.buckets.get(le, 0.0) + other.buckets.get(le, 0.0) for le in les},
+            self.count + other.count, self.total + other.total,
+        )
+
+    def quantile(self, q: float) -> float | None:
+        """Like PromQL's ``histogram_quantile``: linear interpolation inside the bucket that holds
+        the q-th observation. Only as precise as the buckets; None without observations."""
+        if self.count <= 0:
+            return None
+        rank = q * self.count
+        lower, below = 0.0, 0.0
+        for le in sorted(self.buckets):
+            cumulative = self.buckets[le]
+            if cumulative >= rank:
+                if math.isinf(le):
+                    return lower  # beyond the last finite bound: the best known lower bound
+                inside = cumulative - below
+                return lower + (le - lower) * ((rank - below) / inside if inside else 1.0)
+            lower, below = le, cumulative
+        return lower
+
+    def share_at_most(self, bound: float) -> float | None:
+        """Fraction of observations <= ``bound`` (``bound`` must be a bucket edge)."""
+        if self.count <= 0:
+            return None
+        return self.buckets[bound] / self.count
+
+    def summary(self) -> dict[str, Any]:
+        def ms(v: float | None) -> float | None:
+            return None if v is None else round(v * 1000, 4)
+
+        return {
+            "count": int(self.count),
+            "mean_ms": ms(self.total / self.count) if self.count else None,
+            "p50_ms": ms(self.quantile(0.50)), "p95_ms": ms(self.quantile(0.95)), "p99_ms": ms(self.quantile(0.99)),
+        }
+
+
+Snapshot = dict[tuple[str, tuple[tuple[str, str], ...]], Histogram]
+
+
+def parse_histograms(text: str) -> Snapshot:
+    out: Snapshot = {}
+    for family in text_string_to_metric_families(text):
+        if family.type != "histogram":
+            continue
+        for sample in family.samples:
+            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+            hist = out.setdefault((family.name, labels), Histogram())
+            if sample.name.endswith("_bucket"):
+                hist.buckets[float(sample.labels["le"])] = sample.value
+            elif sample.name.endswith("_count"):
+                hist.count = sample.value
+            elif sample.name.endswith("_sum"):
+                hist.total = sample.value
+    return out
+
+
+async def scrape(client: httpx.AsyncClient, base_url: str) -> Snapshot:
+    response = await client.get(f"{base_url}/metrics")
+    response.raise_for_status()
+    return parse_histograms(response.text)
+
+
+def histogram_delta(before: Snapshot, after: Snapshot, name: str, **labels: str) -> Histogram:
+    """Observations of ``name`` between two scrapes, summed over the label sets matching ``labels``."""
+    result = Histogram()
+    for (family, label_set), hist in after.items():
+        if family != name or any(dict(label_set).get(k) != v for k, v in labels.items()):
+            continue
+        result = result + (hist - before.get((family, label_set), Histogram()))
+    return result
+
+
+# --- client-side samples -----------------------------------------------------------------------
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """Nearest-rank-with-interpolation percentile (numpy's default 'linear' method)."""
+    ordered = sorted(samples)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summarize_seconds(samples: list[float]) -> dict[str, Any]:
+    if not samples:
+        return {"count": 0}
+    return {
+        "count": len(samples),
+        "mean_ms": round(statistics.fmean(samples) * 1000, 3),
+        "p50_ms": round(percentile(samples, 0.50) * 1000, 3),
+        "p95_ms": round(percentile(samples, 0.95) * 1000, 3),
+        "p99_ms": round(percentile(samples, 0.99) * 1000, 3),
+        "max_ms": round(max(samples) * 1000, 3),
+    }
+
+
+# --- reporting ---------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    cpu_model = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_model": cpu_model,
+        "memory_total_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average_1m_at_start": round(os.getloadavg()[0], 2),
+    }
+
+
+def write_results(path: Path, results: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
+    print(f"\nresults written to {path}")
+
+
+def verdict(value: float | None, limit: float) -> str:
+    if value is None:
+        return "no data"
+    return "MET" if value <= limit else "MISSED"

@@ -1,0 +1,167 @@
+"""The Locust load test with the whole product started around it, and memory sampled throughout.
+
+    .venv/bin/python -m loadtests.run_load --run-time 10m [--users 50] [--db sqlite|postgres]
+
+Starts the fake OpenAI-compatible model (fixed time to first token and pace per token), the Agent
+Service and the ConversationService as processes on loopback, runs ``locust`` headless against the
+ConversationService (``loadtests/locustfile.py``: 70% direct, 30% agent), samples the RSS of both
+services every ``--sample-s`` seconds, and writes Locust's CSV statistics and a JSON summary
+(latency p50/p95/p99, error rate, throughput, memory at start, middle and end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from loadtests.common import (
+    JWT_SECRET,
+    REPO_ROOT,
+    agent_process,
+    conversation_process,
+    databases,
+    fake_llm,
+    machine,
+    running,
+    work_dir,
+    write_results,
+)
+
+
+def _read_stats(prefix: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(f"{prefix}_stats.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            rows.append({
+                "type": row["Type"], "name": row["Name"],
+                "requests": int(row["Request Count"]), "failures": int(row["Failure Count"]),
+                "error_rate": round(int(row["Failure Count"]) / int(row["Request Count"]), 5)
+                if int(row["Request Count"]) else None,
+                "p50_ms": _num(row["50%"]), "p95_ms": _num(row["95%"]), "p99_ms": _num(row["99%"]),
+                "max_ms": _num(row["Max Response Time"]), "throughput_rps": _num(row["Requests/s"]),
+            })
+    return rows
+
+
+def _read_failures(prefix: Path) -> list[dict[str, str]]:
+    path = Path(f"{prefix}_failures.csv")
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return [{"name": r["Name"], "error": r["Error"], "occurrences": r["Occurrences"]} for r in csv.DictReader(f)]
+
+
+def _num(value: str) -> float | None:
+    try:
+        return round(float(value), 2)
+    except ValueError:
+        return None
+
+
+def _memory(samples: list[tuple[float, int]]) -> dict[str, Any]:
+    if not samples:
+        return {}
+    mib = [(t, rss / 2**20) for t, rss in samples]
+    # The first fifth is warm-up (pools fill, caches load); stability is judged on the rest.
+    steady = mib[len(mib) // 5:] or mib
+    n = len(steady)
+    mean_t = sum(t for t, _ in steady) / n
+    mean_m = sum(m for _, m in steady) / n
+    var_t = sum((t - mean_t) ** 2 for t, _ in steady)
+    slope = sum((t - mean_t) * (m - mean_m) for t, m in steady) / var_t if var_t else 0.0
+    return {
+        "start_mib": round(mib[0][1], 1), "after_warmup_mib": round(steady[0][1], 1),
+        "middle_mib": round(mib[len(mib) // 2][1], 1), "end_mib": round(mib[-1][1], 1),
+        "max_mib": round(max(m for _, m in mib), 1),
+        "steady_slope_mib_per_min": round(slope * 60, 3), "samples": len(mib),
+    }
+
+
+async def _sample(procs: dict[str, Any], every: float, out: dict[str, list[tuple[float, int]]],
+                  stop: asyncio.Event) -> None:
+    t0 = time.monotonic()
+    while not stop.is_set():
+        for name, proc in procs.items():
+            out[name].append((time.monotonic() - t0, proc.rss()))
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except TimeoutError:
+            pass
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    root = work_dir("load")
+    args.csv_dir.mkdir(parents=True, exist_ok=True)
+    prefix = args.csv_dir / f"locust-{args.db}-{args.run_time}"
+    results: dict[str, Any] = {
+        "benchmark": "locust", "machine": machine(), "database": args.db,
+        "settings": {"users": args.users, "spawn_rate": args.spawn_rate, "run_time": args.run_time,
+                     "mix": "70% direct LLM / 30% agent", "ttft_ms": args.ttft_ms,
+                     "token_delay_ms": args.token_delay_ms, "tokens": args.tokens, "log_level": args.log_level},
+    }
+    async with databases(args.db, ["agent", "chat"], root) as urls:
+        llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms)
+        agent = agent_process(root, llm, urls["agent"], args.log_level)
+        chat = conversation_process(root, llm, agent, urls["chat"], args.log_level)
+        async with running(llm, agent, chat):
+            rss: dict[str, list[tuple[float, int]]] = {"agent_service": [], "conversation_service": []}
+            stop = asyncio.Event()
+            sampler = asyncio.create_task(
+                _sample({"agent_service": agent, "conversation_service": chat}, args.sample_s, rss, stop))
+            cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtests" / "locustfile.py"),
+                   "--headless", "-u", str(args.users), "-r", str(args.spawn_rate), "--run-time", args.run_time,
+                   "--host", chat.url, "--csv", str(prefix), "--only-summary", "--stop-timeout", "60"]
+            print("running:", " ".join(cmd), flush=True)
+            started = time.monotonic()
+            locust = await asyncio.create_subprocess_exec(
+                *cmd, cwd=REPO_ROOT, env={**os.environ, "LOAD_JWT_SECRET": JWT_SECRET},
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            )
+            output, _ = await locust.communicate()
+            results["locust_exit_code"] = locust.returncode
+            results["wall_seconds"] = round(time.monotonic() - started, 1)
+            stop.set()
+            await sampler
+    (args.csv_dir / f"{prefix.name}.out.txt").write_text(output.decode(errors="replace"))
+    results["stats"] = _read_stats(prefix)
+    results["failures"] = _read_failures(prefix)
+    results["memory"] = {name: _memory(samples) for name, samples in rss.items()}
+    print(output.decode(errors="replace")[-6000:])
+    for row in results["stats"]:
+        print(f"  {row['type']:5} {row['name']:34} n={row['requests']:6} err={row['error_rate']} "
+              f"p50={row['p50_ms']} p95={row['p95_ms']} p99={row['p99_ms']} rps={row['throughput_rps']}")
+    for name, mem in results["memory"].items():
+        print(f"  memory {name}: {mem}")
+    results["logs"] = str(root)
+    return results
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--users", type=int, default=50)
+    parser.add_argument("--spawn-rate", type=float, default=10)
+    parser.add_argument("--run-time", default="10m", help="Locust --run-time: 90s, 3m, 10m...")
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--ttft-ms", type=float, default=200.0)
+    parser.add_argument("--token-delay-ms", type=float, default=5.0)
+    parser.add_argument("--sample-s", type=float, default=5.0)
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--csv-dir", type=Path, default=REPO_ROOT / "loadtests" / "results")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = args.csv_dir / f"load-{args.db}-{args.run_time}.json"
+    return args
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    write_results(arguments.out, asyncio.run(main(arguments)))
