@@ -77,45 +77,46 @@ def _duration_count(registry: CollectorRegistry, method: str, route: str) -> flo
 async def test_requests_counted_by_route_template_and_status():
     registry = CollectorRegistry()
     release = asyncio.Event()
-    async with serve_app(_build_app(registry, release)) as url:
-        async with httpx.AsyncClient(base_url=url) as http:
-            assert (await http.get("/items/1")).status_code == 200
-            assert (await http.get("/items/2")).status_code == 200
-            assert (await http.get("/items/0")).status_code == 404
-            assert (await http.get("/items/abc")).status_code == 422
-            assert (await http.get("/nowhere/42")).status_code == 404
-            assert (await http.delete("/items/1")).status_code == 405
-            assert (await http.post("/boom")).status_code == 500
-            async with websockets.connect(url.replace("http://", "ws://") + "/ws") as ws:
-                assert await ws.recv() == "hi"
+    async with serve_app(_build_app(registry, release)) as url, httpx.AsyncClient(base_url=url) as http:
+        assert (await http.get("/items/1")).status_code == 200
+        assert (await http.get("/items/2")).status_code == 200
+        assert (await http.get("/items/0")).status_code == 404
+        assert (await http.get("/items/abc")).status_code == 422
+        assert (await http.get("/nowhere/42")).status_code == 404
+        assert (await http.delete("/items/1")).status_code == 405
+        assert (await http.post("/boom")).status_code == 500
+        async with websockets.connect(url.replace("http://", "ws://") + "/ws") as ws:
+            assert await ws.recv() == "hi"
 
-            counts = _requests(registry)
-            assert counts == {
-                ("GET", "/items/{item_id}", "200"): 2,
-                ("GET", "/items/{item_id}", "404"): 1,
-                ("GET", "/items/{item_id}", "422"): 1,
-                ("GET", "unmatched", "404"): 1,
-                ("DELETE", "/items/{item_id}", "405"): 1,
-                ("POST", "/boom", "500"): 1,
-            }
-            # The raw path never becomes a label (ids would make the series unbounded).
-            assert not any("/items/1" in route for _, route, _ in counts)
-            assert _duration_count(registry, "GET", "/items/{item_id}") == 4
+        counts = _requests(registry)
+        assert counts == {
+            ("GET", "/items/{item_id}", "200"): 2,
+            ("GET", "/items/{item_id}", "404"): 1,
+            ("GET", "/items/{item_id}", "422"): 1,
+            ("GET", "unmatched", "404"): 1,
+            ("DELETE", "/items/{item_id}", "405"): 1,
+            ("POST", "/boom", "500"): 1,
+        }
+        # The raw path never becomes a label (ids would make the series unbounded).
+        assert not any("/items/1" in route for _, route, _ in counts)
+        assert _duration_count(registry, "GET", "/items/{item_id}") == 4
 
 
 async def test_a_stream_is_measured_to_its_start():
     registry = CollectorRegistry()
     release = asyncio.Event()
-    async with serve_app(_build_app(registry, release)) as url:
-        async with httpx.AsyncClient(base_url=url) as http:
-            async with http.stream("GET", "/stream") as response:
-                lines = response.aiter_lines()
-                assert await anext(lines) == "first"
-                # Still streaming, yet already counted: its latency is the time to the stream's start.
-                assert _requests(registry) == {("GET", "/stream", "200"): 1}
-                assert _duration_count(registry, "GET", "/stream") == 1
-                release.set()
-                assert await anext(lines) == "last"
+    async with (
+        serve_app(_build_app(registry, release)) as url,
+        httpx.AsyncClient(base_url=url) as http,
+        http.stream("GET", "/stream") as response,
+    ):
+        lines = response.aiter_lines()
+        assert await anext(lines) == "first"
+        # Still streaming, yet already counted: its latency is the time to the stream's start.
+        assert _requests(registry) == {("GET", "/stream", "200"): 1}
+        assert _duration_count(registry, "GET", "/stream") == 1
+        release.set()
+        assert await anext(lines) == "last"
     assert _requests(registry) == {("GET", "/stream", "200"): 1}
 
 
@@ -127,6 +128,5 @@ async def test_an_app_without_installed_metrics_still_answers():
         return {"ok": True}
 
     app.add_middleware(HttpMetricsMiddleware)
-    async with serve_app(app) as url:
-        async with httpx.AsyncClient(base_url=url) as http:
-            assert (await http.get("/ping")).json() == {"ok": True}
+    async with serve_app(app) as url, httpx.AsyncClient(base_url=url) as http:
+        assert (await http.get("/ping")).json() == {"ok": True}
