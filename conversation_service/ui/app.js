@@ -245,7 +245,14 @@ function updateComposer() {
   $("send").disabled = !ready || state.sending || !$("content").value.trim();
 }
 
-$("content").addEventListener("input", updateComposer);
+function fitComposer() {
+  // The box grows with its text up to the CSS max-height, then scrolls.
+  const box = $("content");
+  box.style.height = "auto";
+  box.style.height = box.scrollHeight + 2 + "px";
+}
+
+$("content").addEventListener("input", () => { fitComposer(); updateComposer(); });
 $("content").addEventListener("keydown", (ev) => {
   // Enter sends, Shift+Enter starts a new line (IME composition keeps its own Enter).
   if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
@@ -267,7 +274,7 @@ $("composer").addEventListener("submit", async (ev) => {
   try {
     await api("POST", `/conversations/${encodeURIComponent(conversationId)}/messages`,
               { content, client_message_id: state.draft.id });
-    if (input.value.trim() === content) input.value = "";
+    if (input.value.trim() === content) { input.value = ""; fitComposer(); }
     state.draft = null;
     banner("");
   } catch (err) {
