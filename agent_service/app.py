@@ -25,6 +25,7 @@ from agent_service.profiles.service import ProfileStore
 from agent_service.runs import router as runs_router
 from agent_service.runs.engine import ReActEngine, ToolLookup, find_tool
 from agent_service.runs.event_log import EventLog
+from agent_service.runs.leases import LeaseKeeper, new_owner_id
 from agent_service.runs.service import RunManager, RunService
 from agent_service.runs.streaming import EventStreamer, StreamSettings
 from agent_service.sessions import router as sessions_router
@@ -114,6 +115,7 @@ def create_app(
         llm = provider
         event_log: EventLog | None = None
         manager: RunManager | None = None
+        keeper: LeaseKeeper | None = None
         try:
             if settings.should_migrate_on_start:
                 await run_migrations(db_engine)
@@ -132,10 +134,20 @@ def create_app(
                 llm, tool_lookup, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
                 tool_timeout_s=settings.tool_timeout_seconds, max_tool_result_chars=settings.max_tool_result_chars,
             )
-            manager = RunManager(sessionmaker=sessionmaker, event_log=event_log, engine=engine, metrics=metrics)
-            recovered = await manager.recover()
+            manager = RunManager(
+                sessionmaker=sessionmaker, event_log=event_log, engine=engine, metrics=metrics,
+                owner_id=new_owner_id(), lease_seconds=settings.lease_seconds,
+            )
+            keeper = LeaseKeeper(
+                sessionmaker=sessionmaker, manager=manager, event_log=event_log, metrics=metrics,
+                renew_seconds=settings.lease_renew_seconds,
+            )
+            # Only runs whose lease expired: other replicas' live runs are left alone. Runs of a
+            # process that died moments ago are failed by a later pass, once their lease runs out.
+            recovered = await keeper.recover()
             if recovered:
                 log.warning("ended runs interrupted by a previous stop", extra={"count": recovered})
+            keeper.start()
             if not settings.api_keys:
                 log.warning("AGENT_SERVICE_API_KEYS is empty: every authenticated request is refused")
 
@@ -148,10 +160,16 @@ def create_app(
             app.state.provider = llm
             app.state.event_log = event_log
             app.state.run_manager = manager
+            app.state.lease_keeper = keeper
             app.state.run_service = RunService(
                 settings=settings, sessionmaker=sessionmaker, profiles=profiles, manager=manager, event_log=event_log
             )
-            app.state.session_service = SessionService(sessionmaker=sessionmaker, manager=manager, event_log=event_log)
+            app.state.session_service = SessionService(
+                sessionmaker=sessionmaker, manager=manager, event_log=event_log,
+                # The owner acts on a cancel at its next renewal; wait a little longer than that.
+                remote_cancel_wait_seconds=2 * settings.lease_renew_seconds,
+                poll_seconds=settings.replay_poll_seconds,
+            )
             app.state.streamer = EventStreamer(
                 event_log, sessionmaker,
                 StreamSettings(
@@ -163,7 +181,10 @@ def create_app(
             yield
         finally:
             if manager is not None:
+                # The keeper still renews while the runs end, so no replica takes them meanwhile.
                 await manager.shutdown()
+            if keeper is not None:
+                await keeper.aclose()
             if event_log is not None:
                 await event_log.aclose()
             if llm is not None and provider is None:

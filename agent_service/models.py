@@ -57,7 +57,10 @@ class AgentSession(Base):
 
 class AgentRun(Base):
     __tablename__ = "agent_runs"
-    __table_args__ = (Index("ix_agent_runs_session_id", "session_id"),)
+    __table_args__ = (
+        Index("ix_agent_runs_session_id", "session_id"),
+        Index("ix_agent_runs_status_lease", "status", "lease_expires_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     session_id: Mapped[str] = mapped_column(ForeignKey("agent_sessions.id", ondelete="CASCADE"))
@@ -70,6 +73,12 @@ class AgentRun(Base):
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     started_at: Mapped[datetime]
     ended_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # The process executing the run and until when it vouches for it: replicas share the
+    # database, and recovery fails only runs whose owner stopped renewing (NULL: no owner).
+    owner_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # A cancel received by a replica that does not run it; the owner acts on it at its next renewal.
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
 
 class AgentEvent(Base):

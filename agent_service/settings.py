@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.db import is_sqlite
@@ -44,6 +44,11 @@ class AgentServiceSettings(BaseSettings):
     tool_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
     # Whole request bodies (message plus chat history) are refused with 413 above this.
     max_body_bytes: Annotated[int, Field(gt=0)] = 8 * 1024 * 1024
+    # Replicas share the database: a run's owner renews its lease every lease_renew_seconds, and
+    # any replica fails a run whose lease is lease_seconds old. A longer lease tolerates longer
+    # stalls (database outage, blocked loop) at the cost of a slower recovery after a crash.
+    lease_seconds: Annotated[float, Field(gt=0)] = 15.0
+    lease_renew_seconds: Annotated[float, Field(gt=0)] = 5.0
     log_level: str = "INFO"
 
     @field_validator("api_keys", mode="before")
@@ -52,6 +57,13 @@ class AgentServiceSettings(BaseSettings):
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _renew_within_lease(self) -> AgentServiceSettings:
+        # Renewing no more often than the lease lasts would let live runs be failed as orphans.
+        if self.lease_renew_seconds >= self.lease_seconds:
+            raise ValueError("lease_renew_seconds must be shorter than lease_seconds")
+        return self
 
     @property
     def should_migrate_on_start(self) -> bool:

@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 _WRITE_ATTEMPTS = 3
 
 
+class RunTakenOver(Exception):
+    """Raised by a terminal write's ``finalize`` when the run is no longer this process's: its lease
+    expired and another replica's recovery ended it. The transaction rolls back; nothing is retried."""
+
+
 @dataclass(slots=True)
 class LiveEvent:
     envelope: EventEnvelope
@@ -133,6 +138,11 @@ class GroupCommitWriter:
     def add(self, envelope: EventEnvelope) -> None:
         self._pending.append(envelope)
         self._has_work.set()
+
+    def discard(self, session_id: str) -> None:
+        """Drop the queued events of ``session_id``: their seqs now belong to whoever took the
+        session over, and a conflicting row would fail the whole batch, other sessions included."""
+        self._pending = [env for env in self._pending if env.session_id != session_id]
 
     def request_flush(self) -> None:
         self._urgent.set()
@@ -272,6 +282,7 @@ class EventLog:
         """Write everything before it, then the terminal event together with ``finalize``'s changes
         in one transaction; only then publish it and close the channel."""
         item = self._envelope(channel, type_, data)
+        taken_over = False
         try:
             await self.writer.flush()
             for attempt in range(1, _WRITE_ATTEMPTS + 1):
@@ -281,16 +292,31 @@ class EventLog:
                         await SessionRepository(db).bump_last_seq(channel.session_id, item.envelope.seq)
                         await finalize(db)
                     break
+                except RunTakenOver:
+                    taken_over = True
+                    raise
                 except Exception:
                     if attempt == _WRITE_ATTEMPTS:
                         raise
                     await asyncio.sleep(0.05 * 2**attempt)  # back off before hitting the database again
         finally:
-            # Even when the write failed, readers get the end of the stream; the session stays
-            # ACTIVE in the database and start-up recovery ends it.
-            self._publish(channel, item)
-            self.close_channel(channel)
+            if taken_over:
+                # The log already ends this run with another process's event: publishing ours
+                # would show readers an end that is not in the log.
+                self.abandon(channel)
+            else:
+                # Even when the write failed, readers get the end of the stream; the session stays
+                # ACTIVE in the database and recovery ends it once the lease expires.
+                self._publish(channel, item)
+                self.close_channel(channel)
         return item.envelope
+
+    def abandon(self, channel: SessionChannel) -> None:
+        """End a run's live side without a terminal event or any further write: another process
+        ended the run in the log (its lease was lost). Readers are cut off and resume from the log."""
+        self.writer.discard(channel.session_id)
+        channel.unflushed.clear()
+        self.close_channel(channel)
 
     def close_channel(self, channel: SessionChannel) -> None:
         if self._channels.get(channel.session_id) is channel:

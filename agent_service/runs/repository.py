@@ -3,14 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agent_service.models import AgentEvent, AgentRun
 from shared.protocol import EventEnvelope, EventType, SessionStatus
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLease:
+    """A run whose lease this process still holds, as the renewal found it."""
+
+    run_id: str
+    cancel_requested_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class OrphanRun:
+    run_id: str
+    session_id: str
+    cancel_requested_at: datetime | None
+
+
+def _lease_expired(now: datetime):
+    # NULL: a run written before leases existed, or whose owner never took one.
+    return or_(AgentRun.lease_expires_at.is_(None), AgentRun.lease_expires_at < now)
 
 
 class RunRepository:
@@ -27,24 +48,73 @@ class RunRepository:
         result = await self.db.execute(select(AgentRun).where(AgentRun.idempotency_key == key))
         return result.scalar_one_or_none()
 
-    async def finish(
-        self, run_id: str, *, status: str, ended_at: datetime, error_code: str | None = None,
+    async def finish_owned(
+        self, run_id: str, owner_id: str, *, status: str, ended_at: datetime, error_code: str | None = None,
         usage: dict[str, Any] | None = None,
-    ) -> None:
-        await self.db.execute(
+    ) -> bool:
+        """End a run this process executes; False when it no longer holds it (recovery ended it)."""
+        result = await self.db.execute(
             update(AgentRun)
-            .where(AgentRun.id == run_id)
+            .where(AgentRun.id == run_id, AgentRun.owner_id == owner_id, AgentRun.status == SessionStatus.ACTIVE.value)
             .values(status=status, ended_at=ended_at, error_code=error_code, usage=usage)
             .execution_options(synchronize_session=False)
         )
+        return result.rowcount == 1
 
-    async def finish_active_for_session(self, session_id: str, *, status: str, error_code: str, ended_at: datetime) -> None:
-        await self.db.execute(
+    async def renew_leases(self, run_ids: Sequence[str], owner_id: str, expires_at: datetime) -> list[HeldLease]:
+        """Extend the lease of every run in ``run_ids`` still ACTIVE and owned by ``owner_id``, in one
+        statement; answers those runs (a missing one was ended by someone else) and their cancel requests."""
+        if not run_ids:
+            return []
+        result = await self.db.execute(
             update(AgentRun)
-            .where(AgentRun.session_id == session_id, AgentRun.status == SessionStatus.ACTIVE.value)
-            .values(status=status, error_code=error_code, ended_at=ended_at)
+            .where(
+                AgentRun.id.in_(run_ids), AgentRun.owner_id == owner_id,
+                AgentRun.status == SessionStatus.ACTIVE.value,
+            )
+            .values(lease_expires_at=expires_at)
+            .returning(AgentRun.id, AgentRun.cancel_requested_at)
             .execution_options(synchronize_session=False)
         )
+        return [HeldLease(run_id, cancel_at) for run_id, cancel_at in result.all()]
+
+    async def lock_orphans(self, now: datetime, limit: int) -> list[OrphanRun]:
+        """ACTIVE runs whose lease expired, oldest first. On PostgreSQL the rows stay locked until the
+        transaction ends and rows another replica has locked are skipped, so concurrent recoveries
+        take disjoint sets; SQLite has no row locks (and serialises writers), ``claim_orphan`` guards."""
+        result = await self.db.execute(
+            select(AgentRun.id, AgentRun.session_id, AgentRun.cancel_requested_at)
+            .where(AgentRun.status == SessionStatus.ACTIVE.value, _lease_expired(now))
+            .order_by(AgentRun.started_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        return [OrphanRun(run_id, session_id, cancel_at) for run_id, session_id, cancel_at in result.all()]
+
+    async def claim_orphan(
+        self, run_id: str, owner_id: str, now: datetime, *, status: str, error_code: str
+    ) -> bool:
+        """End an orphaned run if it still is one: True for exactly one caller per run."""
+        result = await self.db.execute(
+            update(AgentRun)
+            .where(AgentRun.id == run_id, AgentRun.status == SessionStatus.ACTIVE.value, _lease_expired(now))
+            .values(status=status, error_code=error_code, ended_at=now, owner_id=owner_id, lease_expires_at=None)
+            .execution_options(synchronize_session=False)
+        )
+        return result.rowcount == 1
+
+    async def request_cancel(self, run_id: str, now: datetime) -> bool:
+        """Record a cancel for the run's owner; True when the run is still ACTIVE."""
+        result = await self.db.execute(
+            update(AgentRun)
+            .where(AgentRun.id == run_id, AgentRun.status == SessionStatus.ACTIVE.value)
+            # The first request's time is kept: a repeated cancel does not move it.
+            .values(cancel_requested_at=func.coalesce(
+                AgentRun.cancel_requested_at, literal(now, AgentRun.cancel_requested_at.type)
+            ))
+            .execution_options(synchronize_session=False)
+        )
+        return result.rowcount == 1
 
     async def count_for_session(self, session_id: str) -> int:
         result = await self.db.execute(select(func.count()).select_from(AgentRun).where(AgentRun.session_id == session_id))

@@ -13,6 +13,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
@@ -44,7 +45,7 @@ from agent_service.runs.engine import (
     RunState,
     close_pending_calls,
 )
-from agent_service.runs.event_log import EventLog, SessionChannel
+from agent_service.runs.event_log import EventLog, RunTakenOver, SessionChannel
 from agent_service.runs.repository import RunRepository
 from agent_service.runs.schemas import RunHandle
 from agent_service.sessions.repository import SessionRepository
@@ -86,6 +87,8 @@ class ActiveRun:
     started: asyncio.Event = field(default_factory=asyncio.Event)
     # The engine returned: the terminal event is being written and must not be interrupted.
     finishing: bool = False
+    # Another replica ended the run after this process's lease expired: write nothing more.
+    taken_over: bool = False
 
 
 @dataclass
@@ -99,18 +102,32 @@ def run_error(code: ErrorCode, message: str) -> ErrorData:
 
 
 class RunManager:
+    """The runs this process executes. ``owner_id`` names the process in the runs it owns; each run
+    is claimed with a lease of ``lease_seconds`` that the ``LeaseKeeper`` renews while it runs."""
+
     def __init__(
-        self, *, sessionmaker: async_sessionmaker, event_log: EventLog, engine: ReActEngine, metrics: AgentMetrics
+        self, *, sessionmaker: async_sessionmaker, event_log: EventLog, engine: ReActEngine, metrics: AgentMetrics,
+        owner_id: str, lease_seconds: float,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._log = event_log
         self._engine = engine
         self._metrics = metrics
+        self.owner_id = owner_id
+        self.lease_seconds = lease_seconds
         self._runs: dict[str, ActiveRun] = {}
         self._shutting_down = False
+        # Cancels asked for through another replica, running in the background (strong references).
+        self._remote_cancels: set[asyncio.Task[bool]] = set()
 
     def get(self, session_id: str) -> ActiveRun | None:
         return self._runs.get(session_id)
+
+    def active(self) -> list[ActiveRun]:
+        return list(self._runs.values())
+
+    def lease_until(self, now: datetime) -> datetime:
+        return now + timedelta(seconds=self.lease_seconds)
 
     def start(self, run: ActiveRun) -> None:
         self._runs[run.handle.session_id] = run
@@ -118,6 +135,8 @@ class RunManager:
 
     def _emit(self, run: ActiveRun) -> Callable[[EventType, BaseModel], None]:
         def emit(type_: EventType, data: BaseModel) -> None:
+            if run.taken_over:  # its seqs belong to the replica that ended it
+                return
             self._log.emit(run.channel, type_, data)
             if type_ in _BOUNDARY_EVENTS:
                 self._log.writer.request_flush()
@@ -144,8 +163,14 @@ class RunManager:
             except Exception:
                 log.exception("run failed unexpectedly", extra={"run_id": run.handle.run_id})
                 outcome = Failed(ErrorCode.INTERNAL, "internal error in the agent service")
+            if run.taken_over:
+                self._log.abandon(run.channel)
+                log.warning("run ended by another replica after its lease expired", extra={"run_id": run.handle.run_id})
+                return
             run.finishing = True
             await self._finish(run, outcome)
+        except RunTakenOver:
+            log.warning("run ended by another replica after its lease expired", extra={"run_id": run.handle.run_id})
         except Exception:
             log.exception("run could not be finalised", extra={"run_id": run.handle.run_id})
         finally:
@@ -188,10 +213,15 @@ class RunManager:
             self._metrics.runs_failed.labels(outcome.code.value).inc()
 
         async def finalize(db: AsyncSession) -> None:
-            await SessionRepository(db).update(handle.session_id, updated_at=now, **session_values)
-            await RunRepository(db).finish(
-                handle.run_id, status=run_status, ended_at=now, error_code=error_code, usage=state.usage.model_dump()
+            # Conditional on still owning the run: if this process stalled past its lease and
+            # another replica's recovery ended the run, the whole terminal write rolls back.
+            owned = await RunRepository(db).finish_owned(
+                handle.run_id, self.owner_id, status=run_status, ended_at=now, error_code=error_code,
+                usage=state.usage.model_dump(),
             )
+            if not owned:
+                raise RunTakenOver(handle.run_id)
+            await SessionRepository(db).update(handle.session_id, updated_at=now, **session_values)
 
         await self._log.emit_final(run.channel, type_, data, finalize)
         log.info("run ended", extra={"run_id": handle.run_id, "outcome": type_.value, "code": error_code})
@@ -217,32 +247,21 @@ class RunManager:
         assert run.task is not None
         await asyncio.wait([run.task])
 
-    async def recover(self) -> int:
-        """End runs a crashed process left ACTIVE: FAILED with an ERROR (INTERRUPTED, retryable)."""
-        async with self._sessionmaker() as db:
-            stuck = await SessionRepository(db).ids_with_status(SessionStatus.ACTIVE)
-        for session_id in stuck:
-            if session_id in self._runs:
-                continue
-            async with self._sessionmaker.begin() as db:
-                sessions = SessionRepository(db)
-                session = await sessions.get_for_update(session_id)
-                if session is None or session.status != SessionStatus.ACTIVE.value:
-                    continue
-                now = utcnow()
-                run_id = session.current_run_id or "recovery"
-                await self._log.append_direct(
-                    db, session_id, run_id, session.last_seq + 1, EventType.ERROR,
-                    run_error(ErrorCode.INTERRUPTED, "the service restarted while the run was executing"),
-                )
-                await sessions.update(session_id, status=SessionStatus.FAILED.value, updated_at=now, run_state=None,
-                                      pending_question=None)
-                await RunRepository(db).finish_active_for_session(
-                    session_id, status=SessionStatus.FAILED.value, error_code=ErrorCode.INTERRUPTED.value, ended_at=now
-                )
-            self._metrics.runs_failed.labels(ErrorCode.INTERRUPTED.value).inc()
-            log.warning("interrupted run ended at start-up", extra={"session_id": session_id})
-        return len(stuck)
+    def cancel_requested_elsewhere(self, run: ActiveRun) -> None:
+        """Another replica recorded a cancel of this run: cancel it here, in the background."""
+        if run.cancel_requested or self._shutting_down:
+            return
+        log.info("run cancelled through another replica", extra={"run_id": run.handle.run_id})
+        task = asyncio.create_task(self.cancel(run.handle.session_id), name=f"agent-cancel-{run.handle.run_id}")
+        self._remote_cancels.add(task)
+        task.add_done_callback(self._remote_cancels.discard)
+
+    def taken_over(self, run: ActiveRun) -> None:
+        """Another replica ended this run (this process's lease had expired): stop it, write nothing."""
+        if run.taken_over or run.finishing:
+            return
+        run.taken_over = True
+        self._interrupt(run)
 
     async def shutdown(self) -> None:
         """Stop every run; each ends with ERROR INTERRUPTED (retryable) written to the log."""
@@ -250,6 +269,8 @@ class RunManager:
         runs = list(self._runs.values())
         if runs:
             await asyncio.gather(*(self._interrupt_when_started(run) for run in runs), return_exceptions=True)
+        if self._remote_cancels:
+            await asyncio.gather(*self._remote_cancels, return_exceptions=True)
 
 
 class RunService:
@@ -392,7 +413,8 @@ class RunService:
                     RunRepository(db).add(
                         AgentRun(
                             id=run_id, session_id=session_id, idempotency_key=key, status=SessionStatus.ACTIVE.value,
-                            first_seq=first_seq, started_at=now,
+                            first_seq=first_seq, started_at=now, owner_id=self._manager.owner_id,
+                            lease_expires_at=self._manager.lease_until(now),
                         )
                     )
                     await db.flush()

@@ -55,7 +55,3 @@ class SessionRepository:
             .values(last_seq=seq)
             .execution_options(synchronize_session=False)
         )
-
-    async def ids_with_status(self, status: SessionStatus) -> list[str]:
-        result = await self.db.execute(select(AgentSession.id).where(AgentSession.status == status.value))
-        return list(result.scalars())

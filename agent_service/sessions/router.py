@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from fastapi.responses import StreamingResponse
 
 from agent_service.auth import ApiKey
@@ -63,8 +63,30 @@ async def session_events(
 @router.post(
     "/{session_id}/cancel",
     response_model=SessionStatusResponse,
-    responses={**_ERRORS, 409: {"model": ErrorBody, "description": "nothing to cancel"}},
+    responses={
+        **_ERRORS,
+        200: {"description": "the run ended; the session's status after it (usually CANCELLED)"},
+        202: {
+            "model": SessionStatusResponse,
+            "description": "the run executes in another replica, which has not ended it yet: the cancel is "
+                           "recorded and the run ends with ERROR CANCELLED (status still ACTIVE here)",
+        },
+        409: {"model": ErrorBody, "description": "nothing to cancel"},
+    },
 )
-async def cancel_session(session_id: SessionId, _: ApiKey, service: SessionServiceDep) -> SessionStatusResponse:
-    """Cancel the running or paused run; it ends with ERROR ``CANCELLED``."""
-    return await service.cancel(session_id)
+async def cancel_session(
+    session_id: SessionId, _: ApiKey, service: SessionServiceDep, response: Response
+) -> SessionStatusResponse:
+    """Cancel the running or paused run; it ends with ERROR ``CANCELLED``.
+
+    Any replica accepts the cancel. When the run executes in another one, the request is recorded
+    in the database and the owning replica stops the run at its next lease renewal
+    (``AGENT_SERVICE_LEASE_RENEW_SECONDS``); this call waits up to twice that interval for the end
+    and answers 200 with the final status, or 202 with the status ACTIVE if the run had not ended
+    by then (follow ``/events`` for its ERROR). A run whose replica is gone ends CANCELLED once its
+    lease expires.
+    """
+    result = await service.cancel(session_id)
+    if not result.done:
+        response.status_code = status.HTTP_202_ACCEPTED
+    return result.status

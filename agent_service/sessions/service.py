@@ -1,12 +1,22 @@
-"""Reading a session's status and cancelling its run."""
+"""Reading a session's status and cancelling its run.
+
+A cancel of a run this process executes interrupts it at once. A run executing in another replica
+is cancelled through the database: the request is recorded on the run, its owner notices at its
+next lease renewal and cancels it (or, if the owner is gone, recovery ends it as CANCELLED).
+"""
 
 from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.errors import NothingToCancel, SessionNotFound
 from agent_service.runs.engine import RunState, close_pending_calls
 from agent_service.runs.event_log import EventLog
+from agent_service.runs.repository import RunRepository
 from agent_service.runs.service import RunManager, run_error
 from agent_service.sessions.repository import SessionRepository
 from shared.protocol import (
@@ -19,11 +29,23 @@ from shared.protocol import (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    status: SessionStatusResponse
+    # False: recorded for the replica executing the run, which had not ended it yet.
+    done: bool
+
+
 class SessionService:
-    def __init__(self, *, sessionmaker: async_sessionmaker, manager: RunManager, event_log: EventLog) -> None:
+    def __init__(
+        self, *, sessionmaker: async_sessionmaker, manager: RunManager, event_log: EventLog,
+        remote_cancel_wait_seconds: float = 10.0, poll_seconds: float = 0.5,
+    ) -> None:
         self._sessionmaker = sessionmaker
         self._manager = manager
         self._log = event_log
+        self._remote_cancel_wait = remote_cancel_wait_seconds
+        self._poll = poll_seconds
 
     async def status(self, session_id: str) -> SessionStatusResponse:
         async with self._sessionmaker() as db:
@@ -47,26 +69,47 @@ class SessionService:
             if await SessionRepository(db).get(session_id) is None:
                 raise SessionNotFound(f"no session {session_id!r}")
 
-    async def cancel(self, session_id: str) -> SessionStatusResponse:
+    async def cancel(self, session_id: str) -> CancelResult:
         if await self._manager.cancel(session_id):
-            return await self.status(session_id)
+            return CancelResult(await self.status(session_id), done=True)
         async with self._sessionmaker.begin() as db:
             sessions = SessionRepository(db)
             session = await sessions.get_for_update(session_id)
             if session is None:
                 raise SessionNotFound(f"no session {session_id!r}")
             if session.status == SessionStatus.ACTIVE.value:
-                raise NothingToCancel("the run is executing in another process of the service; cancel it there")
-            if session.status != SessionStatus.AWAITING_USER.value:
+                if session.current_run_id is None or not await RunRepository(db).request_cancel(
+                    session.current_run_id, utcnow()
+                ):
+                    raise NothingToCancel("the session's run is ending; there is nothing left to cancel")
+                remote = True
+            elif session.status != SessionStatus.AWAITING_USER.value:
                 raise NothingToCancel(f"session is {session.status}; there is nothing to cancel")
-            state = RunState.from_json(session.transcript, session.run_state)
-            close_pending_calls(state, "the user cancelled the run")
-            await self._log.append_direct(
-                db, session_id, session.current_run_id or "cancel", session.last_seq + 1, EventType.ERROR,
-                run_error(ErrorCode.CANCELLED, "the run was cancelled"),
-            )
-            await sessions.update(
-                session_id, status=SessionStatus.CANCELLED.value, pending_question=None, run_state=None,
-                transcript=[m.to_dict() for m in state.transcript], updated_at=utcnow(),
-            )
-        return await self.status(session_id)
+            else:
+                remote = False
+                state = RunState.from_json(session.transcript, session.run_state)
+                close_pending_calls(state, "the user cancelled the run")
+                await self._log.append_direct(
+                    db, session_id, session.current_run_id or "cancel", session.last_seq + 1, EventType.ERROR,
+                    run_error(ErrorCode.CANCELLED, "the run was cancelled"),
+                )
+                await sessions.update(
+                    session_id, status=SessionStatus.CANCELLED.value, pending_question=None, run_state=None,
+                    transcript=[m.to_dict() for m in state.transcript], updated_at=utcnow(),
+                )
+        if remote:
+            return await self._await_remote_cancel(session_id)
+        return CancelResult(await self.status(session_id), done=True)
+
+    async def _await_remote_cancel(self, session_id: str) -> CancelResult:
+        """Wait (bounded) for the owning replica to end the run, so that the usual answer, the
+        final status, is given whenever the owner is alive; else answer that it is under way."""
+        deadline = time.monotonic() + self._remote_cancel_wait
+        while True:
+            status = await self.status(session_id)
+            if status.status is not SessionStatus.ACTIVE:
+                return CancelResult(status, done=True)
+            if time.monotonic() >= deadline:
+                return CancelResult(status, done=False)
+            # Polling: the owner is another process, and the database is all the replicas share.
+            await asyncio.sleep(min(self._poll, max(deadline - time.monotonic(), 0)))
