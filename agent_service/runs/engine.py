@@ -236,6 +236,10 @@ class ReActEngine:
                     text.append(event.text)
                     answer.append(event.text)
                     emit(EventType.ANSWER_CHUNK, AnswerChunkData(text=event.text))
+                    # Deltas read in one network chunk come out of the provider without an await;
+                    # yielding here lets the streams write this one before the next is handled,
+                    # instead of holding the first delta of a burst until the last is encoded.
+                    await asyncio.sleep(0)
                 elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                 elif isinstance(event, ToolCall):

@@ -65,12 +65,17 @@ class EventStreamer:
         settings = self._settings
         yield encode_retry(settings.retry_ms)
         sub, live_run, snapshot = self._log.subscribe(session_id)
+        channel = self._log.channel(session_id)
         stop_run = until_run or live_run
         last = after
         try:
             # 1. Replay: the log, merged with the live run's not-yet-written events.
             pending = {item.envelope.seq: item for item in snapshot if item.envelope.seq > last}
-            while True:
+            # When the snapshot holds every event after ``after`` (a new run's own stream, a client
+            # a few events behind), the log has nothing more: skip reading it. Under load that read
+            # waits behind the group commits and would hold the live events back meanwhile.
+            in_memory = channel is not None and sub is not None and len(pending) == channel.next_seq - 1 - after
+            while not in_memory:
                 page = await self._read(session_id, last)
                 for env in page:
                     pending.pop(env.seq, None)

@@ -1,0 +1,103 @@
+"""The SSE stream of a live run: the log is read only when the run's unwritten events do not hold
+everything the reader asks for, and either way every event arrives once, in order."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import event as sa_event
+
+from agent_service.metrics import AgentMetrics
+from agent_service.migrate import run_migrations
+from agent_service.models import AgentSession
+from agent_service.runs.event_log import EventLog
+from agent_service.runs.streaming import EventStreamer, StreamSettings
+from agent_service.sessions.repository import SessionRepository
+from shared.db import create_engine, create_sessionmaker
+from shared.protocol import AnswerChunkData, CompleteData, EventType, utcnow
+from shared.sse import SSEDecoder, decode_envelope
+
+SETTINGS = StreamSettings(heartbeat_seconds=5, retry_ms=1000, poll_seconds=0.05)
+
+
+async def _setup(database_url: str):
+    engine = create_engine(database_url)
+    await run_migrations(engine)
+    sessionmaker = create_sessionmaker(engine)
+    now = utcnow()
+    async with sessionmaker.begin() as db:
+        db.add(AgentSession(id="s1", profile_name="default", status="ACTIVE", user_context={"user_id": "u"},
+                            transcript=[], last_seq=0, current_run_id="r1", created_at=now, updated_at=now))
+    log_reads: list[str] = []
+
+    def record(_conn, _cursor, statement: str, *_args) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "agent_events" in statement:
+            log_reads.append(statement)
+
+    sa_event.listen(engine.sync_engine, "before_cursor_execute", record)
+    return engine, sessionmaker, log_reads
+
+
+async def _finalize(db) -> None:
+    await SessionRepository(db).update("s1", status="COMPLETED")
+
+
+async def _read_all(stream) -> list[int]:
+    decoder = SSEDecoder()
+    seqs: list[int] = []
+    async for chunk in stream:
+        seqs.extend(decode_envelope(e).seq for e in decoder.feed(chunk))
+    return seqs
+
+
+async def test_live_run_covered_by_unwritten_events_is_streamed_without_reading_the_log(database_url: str) -> None:
+    engine, sessionmaker, log_reads = await _setup(database_url)
+    metrics = AgentMetrics()
+    # A window no test reaches: nothing is written before the terminal event flushes it all.
+    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=1000, metrics=metrics)
+    log.start()
+    try:
+        channel = log.open_channel("s1", "r1", 1)
+        for i in range(5):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+        streamer = EventStreamer(log, sessionmaker, SETTINGS, metrics)
+        reader = asyncio.create_task(_read_all(streamer.stream("s1", 0, until_run="r1")))
+        while not channel.subscribers:  # the reader has subscribed: the rest reaches it live
+            await asyncio.sleep(0)
+        for i in range(5, 10):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+            await asyncio.sleep(0)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        seqs = await asyncio.wait_for(reader, 10)
+    finally:
+        await log.aclose()
+        await engine.dispose()
+    assert seqs == list(range(1, 12))
+    assert log_reads == []
+    # Ten deltas observed, the terminal event not.
+    overhead = metrics.registry.get_sample_value("agent_event_overhead_seconds_count")
+    assert overhead == 10
+
+
+async def test_events_already_written_are_read_from_the_log_then_the_rest_from_memory(database_url: str) -> None:
+    engine, sessionmaker, log_reads = await _setup(database_url)
+    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=1000, metrics=AgentMetrics())
+    log.start()
+    try:
+        channel = log.open_channel("s1", "r1", 1)
+        for i in range(4):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+        await log.writer.flush()  # 1..4 in the log
+        for i in range(4, 7):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))  # 5..7 in memory only
+        streamer = EventStreamer(log, sessionmaker, SETTINGS)
+        reader = asyncio.create_task(_read_all(streamer.stream("s1", 2, until_run="r1")))
+        while not channel.subscribers:
+            await asyncio.sleep(0)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        seqs = await asyncio.wait_for(reader, 10)
+    finally:
+        await log.aclose()
+        await engine.dispose()
+    assert seqs == [3, 4, 5, 6, 7, 8]
+    assert log_reads, "events 3 and 4 exist only in the log"
