@@ -138,6 +138,7 @@ def create_app(
                 sessionmaker=sessionmaker, event_log=event_log, engine=engine, metrics=metrics,
                 owner_id=new_owner_id(), lease_seconds=settings.lease_seconds,
             )
+            event_log.lease_to(manager.owner_id, manager.taken_over_runs)
             keeper = LeaseKeeper(
                 sessionmaker=sessionmaker, manager=manager, event_log=event_log, metrics=metrics,
                 renew_seconds=settings.lease_renew_seconds,
@@ -166,8 +167,9 @@ def create_app(
             )
             app.state.session_service = SessionService(
                 sessionmaker=sessionmaker, manager=manager, event_log=event_log,
-                # The owner acts on a cancel at its next renewal; wait a little longer than that.
-                remote_cancel_wait_seconds=2 * settings.lease_renew_seconds,
+                # The owner acts on a cancel at its next renewal; wait that long plus time to end
+                # the run (at least a second, so a busy database does not turn it into a 202).
+                remote_cancel_wait_seconds=settings.lease_renew_seconds + max(settings.lease_renew_seconds, 1.0),
                 poll_seconds=settings.replay_poll_seconds,
             )
             app.state.streamer = EventStreamer(

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.metrics import AgentMetrics
-from agent_service.runs.repository import EventRepository
+from agent_service.runs.repository import EventRepository, RunRepository
 from agent_service.sessions.repository import SessionRepository
 from shared.protocol import EventEnvelope, EventType, utcnow
 from shared.sse import encode_envelope
@@ -33,6 +34,12 @@ from shared.sse import encode_envelope
 log = logging.getLogger(__name__)
 
 _WRITE_ATTEMPTS = 3
+
+
+class _RunsLost(Exception):
+    def __init__(self, run_ids: set[str]) -> None:
+        super().__init__(run_ids)
+        self.run_ids = run_ids
 
 
 class RunTakenOver(Exception):
@@ -131,6 +138,10 @@ class GroupCommitWriter:
         self._urgent = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        # Set when runs are leased (replicas sharing the database): only events of runs this
+        # owner still holds are written; ``on_taken_over`` learns of the others.
+        self.owner_id: str | None = None
+        self.on_taken_over: Callable[[set[str]], None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="agent-event-writer")
@@ -186,26 +197,70 @@ class GroupCommitWriter:
 
     async def _write_batch(self) -> None:
         batch, self._pending = self._pending, []
+        attempt = 0
+        while batch:
+            try:
+                lost = await self._write_once(batch)
+            except IntegrityError as exc:
+                # A seq already taken: another replica ended one of these runs (after this
+                # process's lease expired) and wrote its ERROR there. Anything else is a failure.
+                lost = await self._runs_not_held(batch)
+                if not lost:
+                    attempt = await self._failed_attempt(attempt, batch, exc)
+                    continue
+            except Exception as exc:
+                attempt = await self._failed_attempt(attempt, batch, exc)
+                continue
+            if not lost:
+                break
+            # Leave those runs' events out and write the others; the runs stop without a trace.
+            log.warning("events of runs another replica took over are dropped", extra={"runs": len(lost)})
+            batch = [env for env in batch if env.run_id not in lost]
+            if self.on_taken_over is not None:
+                self.on_taken_over(lost)
         if not batch:
             return
+        self._metrics.event_batches.observe(len(batch))
+        self._on_written(batch)
+
+    async def _failed_attempt(self, attempt: int, batch: list[EventEnvelope], exc: Exception) -> int:
+        attempt += 1
+        if attempt == _WRITE_ATTEMPTS:
+            raise exc
+        log.warning("event batch write failed, retrying", extra={"attempt": attempt, "events": len(batch)})
+        await asyncio.sleep(0.05 * 2**attempt)  # back off before hitting the database again
+        return attempt
+
+    async def _write_once(self, batch: list[EventEnvelope]) -> set[str]:
+        """Write the batch in one transaction; returns (and rolls back for) the runs of the batch
+        this process no longer holds, if any."""
         last_seq: dict[str, int] = {}
         for env in batch:
             last_seq[env.session_id] = max(env.seq, last_seq.get(env.session_id, 0))
-        for attempt in range(1, _WRITE_ATTEMPTS + 1):
-            try:
-                async with self._sessionmaker.begin() as db:
-                    await EventRepository(db).insert_many(batch)
-                    sessions = SessionRepository(db)
-                    for session_id, seq in last_seq.items():
-                        await sessions.bump_last_seq(session_id, seq)
-                break
-            except Exception:
-                if attempt == _WRITE_ATTEMPTS:
-                    raise
-                log.warning("event batch write failed, retrying", extra={"attempt": attempt, "events": len(batch)})
-                await asyncio.sleep(0.05 * 2**attempt)  # back off before hitting the database again
-        self._metrics.event_batches.observe(len(batch))
-        self._on_written(batch)
+        try:
+            async with self._sessionmaker.begin() as db:
+                await EventRepository(db).insert_many(batch)
+                sessions = SessionRepository(db)
+                for session_id, seq in last_seq.items():
+                    await sessions.bump_last_seq(session_id, seq)
+                if self.owner_id is not None:
+                    # Checked after the writes: by then this transaction holds the session rows
+                    # (SQLite: the write lock), which recovery locks too before it ends a run, so
+                    # a recovery either committed before (seen here) or writes after this commit.
+                    run_ids = {env.run_id for env in batch}
+                    lost = run_ids - await RunRepository(db).held(run_ids, self.owner_id)
+                    if lost:
+                        raise _RunsLost(lost)
+        except _RunsLost as exc:
+            return exc.run_ids
+        return set()
+
+    async def _runs_not_held(self, batch: list[EventEnvelope]) -> set[str]:
+        if self.owner_id is None:
+            return set()
+        run_ids = {env.run_id for env in batch}
+        async with self._sessionmaker() as db:
+            return run_ids - await RunRepository(db).held(run_ids, self.owner_id)
 
     async def aclose(self) -> None:
         self._closing = True
@@ -232,6 +287,11 @@ class EventLog:
 
     def start(self) -> None:
         self.writer.start()
+
+    def lease_to(self, owner_id: str, on_taken_over: Callable[[set[str]], None]) -> None:
+        """Write only events of runs ``owner_id`` holds; report the runs it lost to ``on_taken_over``."""
+        self.writer.owner_id = owner_id
+        self.writer.on_taken_over = on_taken_over
 
     async def aclose(self) -> None:
         await self.writer.aclose()

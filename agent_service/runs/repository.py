@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -60,6 +60,16 @@ class RunRepository:
             .execution_options(synchronize_session=False)
         )
         return result.rowcount == 1
+
+    async def held(self, run_ids: Iterable[str], owner_id: str) -> set[str]:
+        """Those of ``run_ids`` still ACTIVE under ``owner_id``."""
+        result = await self.db.execute(
+            select(AgentRun.id).where(
+                AgentRun.id.in_(list(run_ids)), AgentRun.owner_id == owner_id,
+                AgentRun.status == SessionStatus.ACTIVE.value,
+            )
+        )
+        return set(result.scalars())
 
     async def renew_leases(self, run_ids: Sequence[str], owner_id: str, expires_at: datetime) -> list[HeldLease]:
         """Extend the lease of every run in ``run_ids`` still ACTIVE and owned by ``owner_id``, in one

@@ -256,6 +256,11 @@ class RunManager:
         self._remote_cancels.add(task)
         task.add_done_callback(self._remote_cancels.discard)
 
+    def taken_over_runs(self, run_ids: set[str]) -> None:
+        for run in self.active():
+            if run.handle.run_id in run_ids:
+                self.taken_over(run)
+
     def taken_over(self, run: ActiveRun) -> None:
         """Another replica ended this run (this process's lease had expired): stop it, write nothing."""
         if run.taken_over or run.finishing:

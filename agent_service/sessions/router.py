@@ -81,7 +81,7 @@ async def cancel_session(
 
     Any replica accepts the cancel. When the run executes in another one, the request is recorded
     in the database and the owning replica stops the run at its next lease renewal
-    (``AGENT_SERVICE_LEASE_RENEW_SECONDS``); this call waits up to twice that interval for the end
+    (``AGENT_SERVICE_LEASE_RENEW_SECONDS``); this call waits up to about twice that interval for the end
     and answers 200 with the final status, or 202 with the status ACTIVE if the run had not ended
     by then (follow ``/events`` for its ERROR). A run whose replica is gone ends CANCELLED once its
     lease expires.
