@@ -171,14 +171,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     root = work_dir("bench-agent")
     results: dict[str, Any] = {
         "benchmark": "agent_service", "machine": machine(), "database": args.db,
-        "settings": {"tokens": args.tokens, "ttft_ms": 0, "token_delay_ms": 0, "single_runs": args.single_runs,
+        "settings": {"tokens": args.tokens, "ttft_ms": 0, "token_delay_ms": args.token_delay_ms, "single_runs": args.single_runs,
                      "concurrency": args.concurrency, "rounds": args.rounds, "memory_runs": args.memory_runs,
                      "memory_token_delay_ms": args.memory_token_delay_ms, "log_level": args.log_level},
     }
     limits = httpx.Limits(max_connections=max(args.concurrency, args.memory_runs) + 10, max_keepalive_connections=20)
     async with databases(args.db, ["agent", "agent_mem"], root) as urls, \
             httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits) as client:
-        llm = fake_llm(root, tokens=args.tokens, ttft_ms=0, token_delay_ms=0)
+        llm = fake_llm(root, tokens=args.tokens, ttft_ms=0, token_delay_ms=args.token_delay_ms)
         agent = agent_process(root, llm, urls["agent"], args.log_level)
         async with running(llm, agent):
             await phase(client, agent.url, 1, args.warmup)
@@ -219,6 +219,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--token-delay-ms", type=float, default=0.0,
+                        help="pace of the model in phases 1 and 2 (the issue asks for 0: as fast as it can)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--single-runs", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=50)
@@ -229,7 +231,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.out is None:
-        args.out = REPO_ROOT / "loadtests" / "results" / f"bench_agent-{args.db}.json"
+        paced = f"-delay{args.token_delay_ms:g}ms" if args.token_delay_ms else ""
+        args.out = REPO_ROOT / "loadtests" / "results" / f"bench_agent-{args.db}{paced}.json"
     return args
 
 

@@ -74,13 +74,17 @@ class Process:
         """Resident set size of the process, in bytes."""
         return psutil.Process(self.pid).memory_info().rss
 
-    async def start(self, health_path: str = "/health", timeout: float = 60.0) -> None:
+    def _spawn(self) -> None:
         with open(self.log_path, "wb") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, *self.argv, "--host", "127.0.0.1", "--port", str(self.port)],
                 env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}, cwd=REPO_ROOT,
                 stdout=log, stderr=subprocess.STDOUT,
             )
+
+    async def start(self, health_path: str = "/health", timeout: float = 60.0) -> None:
+        self._spawn()  # a fork and an open file, once per benchmark: not worth a thread
+        assert self.popen is not None
         deadline = time.monotonic() + timeout
         async with httpx.AsyncClient() as client:
             while time.monotonic() < deadline:

@@ -63,6 +63,14 @@ class ChatUser(HttpUser):
                 r.failure(f"status {r.status_code}")
                 raise TurnFailed(f"could not create a conversation: {r.status_code}")
             conversation_id = r.json()["id"]
+        # POST /conversations answers 201 before its request-scoped commit has run, so a WebSocket
+        # opened at once can be refused with "conversation not found": wait until a read sees it.
+        deadline = time.monotonic() + 10
+        while self.client.get(f"/conversations/{conversation_id}", headers=self.headers,
+                              name="GET /conversations/[id]").status_code != 200:
+            if time.monotonic() > deadline:
+                raise TurnFailed("the new conversation never became visible")
+            time.sleep(0.01)
         url = self.host.replace("http://", "ws://").replace("https://", "wss://")
         ws = connect(f"{url}/conversations/{conversation_id}/ws", additional_headers=self.headers,
                      max_size=2**22, open_timeout=10)
@@ -113,7 +121,7 @@ class ChatUser(HttpUser):
                     raise TurnFailed(f"{kind}: {frame['data'].get('code')}")
                 elif kind == "notice":
                     raise TurnFailed(f"notice: {frame['data'].get('code')}")
-        except Exception as exc:  # reported to Locust as a failed reply, whatever went wrong
+        except Exception as exc:  # noqa: BLE001 - whatever broke the reply, Locust counts it as failed
             error = exc
         self._report(f"WS {path} reply", started, error)
         if error is not None and not isinstance(error, TurnFailed):
