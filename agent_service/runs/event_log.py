@@ -348,9 +348,12 @@ class EventLog:
             for attempt in range(1, _WRITE_ATTEMPTS + 1):
                 try:
                     async with self._sessionmaker.begin() as db:
+                        # finalize first: it checks the run is still this process's (before the
+                        # insert could collide with another replica's end of it), and it locks the
+                        # run row before the session row, the order recovery locks them in.
+                        await finalize(db)
                         await EventRepository(db).insert_many([item.envelope])
                         await SessionRepository(db).bump_last_seq(channel.session_id, item.envelope.seq)
-                        await finalize(db)
                     break
                 except RunTakenOver:
                     taken_over = True

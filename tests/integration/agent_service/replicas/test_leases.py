@@ -25,7 +25,7 @@ async def test_starting_a_replica_leaves_the_runs_of_a_live_one_alone(agent_fact
     async with agent_factory(provider=provider, **REPLICA_SETTINGS) as a:
         execute = asyncio.create_task(a.execute(MESSAGE))
         await provider.held.wait()
-        session_id = next(iter(manager(a)._runs))
+        session_id = manager(a).active()[0].handle.session_id
         run_id = manager(a).get(session_id).handle.run_id
 
         async with agent_factory(**REPLICA_SETTINGS) as b:
