@@ -208,7 +208,7 @@ class GroupCommitWriter:
                 if not lost:
                     attempt = await self._failed_attempt(attempt, batch, exc)
                     continue
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - retried, and re-raised after the last attempt
                 attempt = await self._failed_attempt(attempt, batch, exc)
                 continue
             if not lost:

@@ -35,10 +35,10 @@ class GatedProvider(BuiltinProvider):
 
     async def stream(
         self, messages: Sequence[LLMMessage], *, tools: Sequence[ToolSpec] = (),
-        options: CompletionOptions = CompletionOptions(),
+        options: CompletionOptions | None = None,
     ) -> AsyncIterator[LLMEvent]:
         chunks = 0
-        async for event in super().stream(messages, tools=tools, options=options):
+        async for event in super().stream(messages, tools=tools, options=options or CompletionOptions()):
             if isinstance(event, TextDelta):
                 if chunks == self.hold_after:
                     self.held.set()
