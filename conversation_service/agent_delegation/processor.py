@@ -123,6 +123,7 @@ class AgentEventProcessor:
         self._metrics = metrics
         self._queue_size = queue_size
         self._ask_user_timeout = timedelta(seconds=ask_user_timeout_s)
+        self._processing: dict[EventType, Any] = {}
 
     async def process(self, turn: AgentTurn, events: AsyncIterator[EventEnvelope]) -> TurnOutcome:
         queue: asyncio.Queue = asyncio.Queue(maxsize=self._queue_size)
@@ -138,9 +139,7 @@ class AgentEventProcessor:
                 envelope, received_at = item
                 state.received_at = received_at
                 outcome = await self._handle(state, envelope)
-                self._metrics.agent_event_processing_seconds.labels(type=envelope.type.value).observe(
-                    time.perf_counter() - received_at
-                )
+                self._processing_seconds(envelope.type).observe(time.perf_counter() - received_at)
                 if outcome is not None:
                     return outcome
             # The stream ended without a terminal event: the client gave up reconnecting.
@@ -148,6 +147,13 @@ class AgentEventProcessor:
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+
+    def _processing_seconds(self, type_: EventType) -> Any:
+        # labels() validates and locks on every call; this runs once per agent event.
+        child = self._processing.get(type_)
+        if child is None:
+            child = self._processing[type_] = self._metrics.agent_event_processing_seconds.labels(type=type_.value)
+        return child
 
     @staticmethod
     async def _read(events: AsyncIterator[EventEnvelope], queue: asyncio.Queue) -> None:

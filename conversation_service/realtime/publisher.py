@@ -48,6 +48,9 @@ class FramePublisher:
         self.hub = hub
         self._metrics = metrics
         self._locks = _KeyedLocks()
+        # labels() validates and locks on every call; a frame is published per token, so the
+        # labelled child is looked up once per frame type.
+        self._published: dict[str, Any] = {}
 
     async def emit(
         self, conversation_id: str, type: str, data: dict[str, Any], *, boundary: bool = False,
@@ -68,6 +71,9 @@ class FramePublisher:
             self._locks.release(conversation_id, lock)
         if boundary:
             self.writer.request_flush()
-        self._metrics.frames_published.labels(type=type).inc()
+        counter = self._published.get(type)
+        if counter is None:
+            counter = self._published[type] = self._metrics.frames_published.labels(type=type)
+        counter.inc()
         self._metrics.frame_emit_seconds.observe(time.perf_counter() - started)
         return frame
