@@ -15,7 +15,7 @@ from shared.llm.base import CompletionOptions, LLMEvent, LLMMessage, TextDelta, 
 from shared.llm.builtin import BuiltinProvider
 
 # Short leases so that expiry happens within a test; renewals several times per lease.
-REPLICA_SETTINGS: dict[str, Any] = {"lease_seconds": 1.0, "lease_renew_seconds": 0.2, "replay_poll_seconds": 0.05}
+REPLICA_SETTINGS: dict[str, Any] = {"lease_seconds": 2.0, "lease_renew_seconds": 0.2, "replay_poll_seconds": 0.05}
 # The built-in model's fixed reply to this is a few dozen words: enough answer chunks to hold a run
 # in the middle of its answer.
 MESSAGE = "hello there, who are you?"

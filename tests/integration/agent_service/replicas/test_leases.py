@@ -30,8 +30,8 @@ async def test_starting_a_replica_leaves_the_runs_of_a_live_one_alone(agent_fact
 
         async with agent_factory(**REPLICA_SETTINGS) as b:
             # B recovered at start-up; now let its periodic recovery run for well over a lease
-            # (8 passes of 0.2 s against a 1 s lease): only A's renewals keep the run alive.
-            await keeper(b).wait_for_passes(8)
+            # (12 passes of 0.2 s against a 2 s lease): only A's renewals keep the run alive.
+            await keeper(b).wait_for_passes(12)
             assert (await b.status(session_id))["status"] == "ACTIVE"
             row = await run_row(db, run_id)
             assert row.status == "ACTIVE" and row.owner_id == manager(a).owner_id
