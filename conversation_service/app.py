@@ -147,7 +147,6 @@ def create_app(
 
         def breaker_changed(new_state: BreakerState) -> None:
             metrics.agent_breaker_transitions.labels(state=new_state.value).inc()
-            metrics.agent_breaker_state.set({BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}[new_state])
             log.warning("agent circuit breaker changed", extra={"breaker_state": new_state.value})
 
         breaker = CircuitBreaker(
@@ -188,9 +187,11 @@ def create_app(
         state.dispatcher = dispatcher_factory(state)
         app.state.services = state
         expiry.start()
+        state.agent_health.start(max(delegation_settings.agent_health_cache_s, 5.0))
         try:
             yield
         finally:
+            await state.agent_health.close()
             await expiry.close()
             await tasks.close()
             await agent_client.aclose()

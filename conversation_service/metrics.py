@@ -77,16 +77,27 @@ class ConversationMetrics:
             "conversation_agent_dead_letters_total", "Delegations written to dead_letters, by error code", ["code"],
             registry=r,
         )
-        self.agent_breaker_state = Gauge(
-            "conversation_agent_breaker_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open", registry=r
-        )
         self.agent_breaker_transitions = Counter(
             "conversation_agent_breaker_transitions_total", "Circuit breaker state changes", ["state"], registry=r
         )
         self.agent_up = Gauge(
             "conversation_agent_service_up", "1 when the last Agent Service health check answered ok", registry=r
         )
+
         self.ask_user_questions = Counter(
             "conversation_ask_user_total", "ASK_USER questions by outcome (asked, answered, expired)", ["outcome"],
             registry=r,
         )
+
+        # Every label value exists from the start (as 0), so the first event shows in rate() and
+        # alerts need no special case for a series that does not exist yet.
+        for outcome in ("complete", "ask_user", "agent_error", "interrupted", "fallback", "failed"):
+            self.agent_turns.labels(outcome=outcome)
+        for outcome in ("asked", "answered", "expired"):
+            self.ask_user_questions.labels(outcome=outcome)
+        for outcome in ("ok", "error"):
+            self.direct_replies.labels(outcome=outcome)
+        for kind in ("retry", "reconnect"):
+            self.agent_retries.labels(kind=kind)
+        for state in ("closed", "open", "half_open"):
+            self.agent_breaker_transitions.labels(state=state)

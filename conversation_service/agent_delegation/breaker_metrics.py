@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from conversation_service.agent_delegation.breaker import CircuitBreaker
+from conversation_service.agent_delegation.breaker import BreakerState, CircuitBreaker
+
+_STATE_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 
 class BreakerCollector(Collector):
@@ -20,6 +22,11 @@ class BreakerCollector(Collector):
         self._breaker = breaker
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        # Read now: OPEN turns HALF_OPEN by the passing of time, with no call to record it.
+        yield GaugeMetricFamily(
+            "conversation_agent_breaker_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open",
+            value=_STATE_VALUE[self._breaker.state],
+        )
         yield GaugeMetricFamily(
             "conversation_agent_breaker_recent_failures",
             "Agent Service failures inside the breaker's window (it opens when this reaches the threshold)",

@@ -11,7 +11,7 @@ session, so every relationship a query needs is loaded explicitly (``selectinloa
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -50,7 +50,7 @@ def new_id() -> str:
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class UTCDateTime(TypeDecorator):
@@ -68,14 +68,14 @@ class UTCDateTime(TypeDecorator):
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime given to a UTC column")
-        return value.astimezone(timezone.utc)
+        return value.astimezone(UTC)
 
     def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
 
 # JSON on SQLite, JSONB on PostgreSQL (indexable, compact).
@@ -290,6 +290,7 @@ class ConversationSummary(Base):
 
 
 __all__ = [
+    "NON_TERMINAL_AGENT_SESSION_STATUSES",
     "AgentSessionStatus",
     "Base",
     "Conversation",
@@ -302,7 +303,6 @@ __all__ = [
     "Message",
     "MessageRole",
     "MessageStatus",
-    "NON_TERMINAL_AGENT_SESSION_STATUSES",
     "PendingInteraction",
     "UTCDateTime",
     "new_id",

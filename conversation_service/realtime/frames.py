@@ -45,6 +45,6 @@ class Frame:
         return orjson.dumps(self.to_dict())
 
     @classmethod
-    def from_json(cls, raw: bytes | str) -> "Frame":
+    def from_json(cls, raw: bytes | str) -> Frame:
         obj = orjson.loads(raw)
         return cls(type=obj["type"], seq=int(obj["seq"]), conversation_id=obj["conversation_id"], data=obj["data"])

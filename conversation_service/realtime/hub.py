@@ -65,10 +65,10 @@ class Hub(ABC):
     def __init__(self) -> None:
         self._local = _LocalRegistry()
 
-    async def start(self) -> None:  # noqa: B027 - optional hook
+    async def start(self) -> None:
         """Connect whatever the hub needs; called once from the app lifespan."""
 
-    async def close(self) -> None:  # noqa: B027 - optional hook
+    async def close(self) -> None:
         """Release connections and tasks."""
 
     @abstractmethod

@@ -76,4 +76,8 @@ class FramePublisher:
             counter = self._published[type] = self._metrics.frames_published.labels(type=type)
         counter.inc()
         self._metrics.frame_emit_seconds.observe(time.perf_counter() - started)
+        # Let the WebSocket senders run between two frames: a producer working through a backlog
+        # (e.g. buffered agent chunks) would otherwise fill every client's queue before any client
+        # could send, and drop fast clients as if they were slow.
+        await asyncio.sleep(0)
         return frame

@@ -109,19 +109,33 @@ async def conversation_ws(websocket: WebSocket, conversation_id: str) -> None:
         await websocket.close(code=WS_POLICY_VIOLATION)
         return
 
+    if user is not None:
+        # Header auth: everything is checked, and the client subscribed, before the handshake
+        # completes, so a frame published right after the client sees "open" is never missed.
+        try:
+            async with unit_of_work(state.sessionmaker) as session:
+                await get_owned_conversation(session, user, conversation_id)
+        except ServiceError:
+            metrics.ws_rejected.labels(reason="not_owner").inc()
+            # Accept, then close 1008: the same answer as for first-frame auth and a non-owner.
+            await websocket.accept()
+            await _close(websocket, WS_POLICY_VIOLATION, "conversation not found")
+            return
+        await _serve(websocket, state, user, conversation_id, after_seq, accepted=False)
+        return
+
     await websocket.accept()
     try:
-        if user is None:
-            try:
-                user = await _authenticate_first_frame(websocket, state)
-            except TimeoutError:
-                metrics.ws_rejected.labels(reason="auth_timeout").inc()
-                await _close(websocket, WS_POLICY_VIOLATION, "authentication timeout")
-                return
-            except Unauthorized:
-                metrics.ws_rejected.labels(reason="auth").inc()
-                await _close(websocket, WS_POLICY_VIOLATION, "authentication failed")
-                return
+        try:
+            user = await _authenticate_first_frame(websocket, state)
+        except TimeoutError:
+            metrics.ws_rejected.labels(reason="auth_timeout").inc()
+            await _close(websocket, WS_POLICY_VIOLATION, "authentication timeout")
+            return
+        except Unauthorized:
+            metrics.ws_rejected.labels(reason="auth").inc()
+            await _close(websocket, WS_POLICY_VIOLATION, "authentication failed")
+            return
         async with unit_of_work(state.sessionmaker) as session:
             await get_owned_conversation(session, user, conversation_id)
     except ServiceError:
@@ -132,11 +146,12 @@ async def conversation_ws(websocket: WebSocket, conversation_id: str) -> None:
     except WebSocketDisconnect:
         return
 
-    await _serve(websocket, state, user, conversation_id, after_seq)
+    await _serve(websocket, state, user, conversation_id, after_seq, accepted=True)
 
 
 async def _serve(
-    websocket: WebSocket, state: ServiceState, user: AuthenticatedUser, conversation_id: str, after_seq: int | None
+    websocket: WebSocket, state: ServiceState, user: AuthenticatedUser, conversation_id: str, after_seq: int | None,
+    *, accepted: bool,
 ) -> None:
     conn = ClientConnection(websocket, state, conversation_id)
     unsubscribe = state.hub.subscribe(conversation_id, conn)  # first: nothing published from now is missed
@@ -144,7 +159,11 @@ async def _serve(
     sender: asyncio.Task | None = None
     receiver: asyncio.Task | None = None
     try:
+        # Read where the stream stands before the client can see the handshake complete: a frame
+        # it causes right after "open" must count as live, not as already sent.
         target = await state.publisher.seq.current(conversation_id)
+        if not accepted:
+            await websocket.accept()
         if after_seq is None:
             conn.last_sent = target  # live only
         else:

@@ -25,7 +25,7 @@ class SeqAllocator(ABC):
     async def current(self, conversation_id: str) -> int:
         """The highest seq allocated so far (0 when none)."""
 
-    async def close(self) -> None:  # noqa: B027 - optional hook
+    async def close(self) -> None:
         pass
 
 

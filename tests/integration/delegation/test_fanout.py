@@ -72,7 +72,7 @@ async def test_client_on_replica_b_receives_the_run_consumed_by_replica_a(databa
                 .order_by(ConversationFrame.seq)
             )).all()
 
-    assert (a_turns, b_turns) == (1.0, None)
+    assert (a_turns, b_turns) == (1.0, 0.0)
     types = [f["type"] for f in frames_b]
     assert types[-1] == "agent.complete", types
     for expected in ("message.created", "agent.tool_start", "agent.tool_end", "message.delta", "message.completed"):

@@ -21,6 +21,7 @@ def test_failure_count_follows_the_window():
     registry.register(BreakerCollector(breaker))
 
     assert _scrape(registry) == {
+        "conversation_agent_breaker_state": 0,
         "conversation_agent_breaker_recent_failures": 0,
         "conversation_agent_breaker_failure_threshold": 3,
     }
@@ -36,3 +37,8 @@ def test_failure_count_follows_the_window():
     breaker.record_failure()
     assert breaker.state is BreakerState.OPEN
     assert _scrape(registry)["conversation_agent_breaker_recent_failures"] == 3
+    assert _scrape(registry)["conversation_agent_breaker_state"] == 2
+
+    # Half-open comes with time alone: the scrape must show it without any call to the breaker.
+    now[0] += 30
+    assert _scrape(registry)["conversation_agent_breaker_state"] == 1
