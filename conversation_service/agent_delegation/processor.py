@@ -29,12 +29,12 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from conversation_service.agent_client import AgentServiceError
 from conversation_service.agent_delegation.repository import InteractionRepository
 from conversation_service.agent_sessions.repository import AgentSessionRepository
+from conversation_service.conversations.repository import ConversationRepository
 from conversation_service.db.models import (
     AgentSessionStatus,
     Conversation,
@@ -162,7 +162,7 @@ class AgentEventProcessor:
                 await queue.put((envelope, time.perf_counter()))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # handed to the processor, which tells the user
+        except Exception as exc:  # noqa: BLE001 - handed to the processor, which tells the user
             await queue.put(exc)
             return
         await queue.put(_END)
@@ -227,7 +227,7 @@ class AgentEventProcessor:
             sessions = AgentSessionRepository(session)
             await sessions.touch(turn.session_row_id)
             await sessions.advance_event_seq(turn.session_row_id, state.last_seq or 0)
-            await _set_conversation_agent_status(session, turn.conversation.id, None)
+            await ConversationRepository(session).set_agent_status(turn.conversation.id, None)
         cid = turn.conversation.id
         await self._publisher.emit(
             cid, FrameType.MESSAGE_COMPLETED,
@@ -265,7 +265,7 @@ class AgentEventProcessor:
             )
             await sessions.set_pending_question(turn.session_row_id, data.question_id)
             await sessions.advance_event_seq(turn.session_row_id, state.last_seq or 0)
-            await _set_conversation_agent_status(session, turn.conversation.id, AgentSessionStatus.AWAITING_USER.value)
+            await ConversationRepository(session).set_agent_status(turn.conversation.id, AgentSessionStatus.AWAITING_USER.value)
             await MessageRepository(session).finish(
                 turn.message_id, content=content, status=MessageStatus.COMPLETE.value, agent_metadata=metadata
             )
@@ -308,7 +308,7 @@ class AgentEventProcessor:
                 turn.session_row_id, AgentSessionStatus.FAILED,
                 expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER],
             )
-            await _set_conversation_agent_status(session, turn.conversation.id, None)
+            await ConversationRepository(session).set_agent_status(turn.conversation.id, None)
         cid = turn.conversation.id
         await self._publisher.emit(
             cid, FrameType.MESSAGE_ERROR, {"message_id": turn.message_id, "code": code, "text": text, "content": content}
@@ -352,7 +352,3 @@ def _preview(result: Any) -> str | None:
         return None
     text = result if isinstance(result, str) else str(result)
     return text if len(text) <= RESULT_PREVIEW_CHARS else text[: RESULT_PREVIEW_CHARS - 1] + "…"
-
-
-async def _set_conversation_agent_status(session, conversation_id: str, status: str | None) -> None:
-    await session.execute(update(Conversation).where(Conversation.id == conversation_id).values(agent_status=status))

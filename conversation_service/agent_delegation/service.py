@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from conversation_service.agent_client import (
@@ -47,6 +46,7 @@ from conversation_service.agent_delegation.settings import DelegationSettings
 from conversation_service.agent_sessions.errors import AgentSessionConflict
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.agent_sessions.service import AgentSessionService
+from conversation_service.conversations.repository import ConversationRepository
 from conversation_service.db.models import (
     AgentSessionStatus,
     Conversation,
@@ -59,6 +59,7 @@ from conversation_service.db.repository import unit_of_work
 from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.history.extractor import HistoryExtractor
 from conversation_service.history.schemas import HistoryRecord
+from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import MessageOut
 from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.frames import FrameType
@@ -210,20 +211,10 @@ class AgentDelegation:
 
     async def _chat_history(self, conversation_id: str, user_message: Message):
         async with unit_of_work(self._sessionmaker) as session:
-            rows = (
-                await session.scalars(
-                    select(Message)
-                    .where(
-                        Message.conversation_id == conversation_id,
-                        Message.status == MessageStatus.COMPLETE.value,
-                        Message.id != user_message.id,
-                        Message.created_at <= user_message.created_at,
-                    )
-                    .order_by(Message.created_at.desc(), Message.id.desc())
-                    .limit(self._history.settings.max_input_messages)
-                )
-            ).all()
-        records = [HistoryRecord.from_message(m) for m in reversed(rows)]
+            rows = await MessageRepository(session).complete_before(
+                user_message, self._history.settings.max_input_messages
+            )
+        records = [HistoryRecord.from_message(m) for m in rows]
         result = await self._history.extract(conversation_id, records)
         return result.messages, result.stats.as_dict()
 
@@ -385,7 +376,7 @@ class AgentDelegation:
                 question.agent_session_row_id, AgentSessionStatus.ABANDONED,
                 expected=[AgentSessionStatus.AWAITING_USER, AgentSessionStatus.ACTIVE],
             )
-            await _clear_conversation_status(session, question.conversation_id)
+            await ConversationRepository(session).set_agent_status(question.conversation_id, None)
         self._metrics.ask_user_questions.labels(outcome="expired").inc()
         if notify:
             await self._publisher.emit(
@@ -409,7 +400,7 @@ class AgentDelegation:
                         question.agent_session_row_id, AgentSessionStatus.ABANDONED,
                         expected=[AgentSessionStatus.AWAITING_USER, AgentSessionStatus.ACTIVE],
                     )
-                    await _clear_conversation_status(session, question.conversation_id)
+                    await ConversationRepository(session).set_agent_status(question.conversation_id, None)
                     handled.append(question)
         for question in handled:
             self._metrics.ask_user_questions.labels(outcome="expired").inc()
@@ -425,12 +416,6 @@ class AgentDelegation:
 async def _iterate(stream) -> Any:
     async for event in stream:
         yield event
-
-
-async def _clear_conversation_status(session, conversation_id: str) -> None:
-    from sqlalchemy import update
-
-    await session.execute(update(Conversation).where(Conversation.id == conversation_id).values(agent_status=None))
 
 
 def _dead_letter_payload(execute: ExecuteRequest) -> dict[str, Any]:

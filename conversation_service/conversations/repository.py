@@ -38,3 +38,9 @@ class ConversationRepository(Repository):
         await self.session.execute(
             update(Conversation).where(Conversation.id == conversation_id).values(updated_at=utcnow())
         )
+
+    async def set_agent_status(self, conversation_id: str, status: str | None) -> None:
+        """The conversation's agent state as clients see it (AWAITING_USER while a question waits)."""
+        await self.session.execute(
+            update(Conversation).where(Conversation.id == conversation_id).values(agent_status=status)
+        )

@@ -73,3 +73,19 @@ class MessageRepository(Repository):
 
     async def set_agent_metadata(self, message_id: str, agent_metadata: dict[str, Any]) -> None:
         await self.session.execute(update(Message).where(Message.id == message_id).values(agent_metadata=agent_metadata))
+
+    async def complete_before(self, message: Message, limit: int) -> list[Message]:
+        """Finished messages written before ``message`` (not itself), at most ``limit``, oldest first:
+        the history an agent request is windowed from."""
+        result = await self.session.execute(
+            select(Message)
+            .where(
+                Message.conversation_id == message.conversation_id,
+                Message.status == MessageStatus.COMPLETE.value,
+                Message.id != message.id,
+                Message.created_at <= message.created_at,
+            )
+            .order_by(Message.created_at.desc(), Message.id.desc())
+            .limit(limit)
+        )
+        return list(reversed(result.scalars().all()))
