@@ -18,21 +18,21 @@ def _count(text: str, name: str) -> float:
 
 
 async def test_delivery_observed_per_agent_frame_sent(database_factory, tmp_path):
-    async with agent_service(await database_factory("agent"), tmp_path) as agent_url:
-        async with chat_service(await database_factory("chat"), agent_url) as stack:
-            cid = await stack.conversation()
-            # Connected before the message: every frame of the turn goes out live, none by replay.
-            ws = await connect(stack.chat_url, cid, "alice")
-            r = await stack.send(cid, "hello there")
-            assert r.json()["route"]["target"] == "direct_llm"
-            await recv_until(ws, lambda f: f["type"] == "message.completed")
-            after_direct = _count((await stack.http.get(f"{stack.chat_url}/metrics")).text,
-                                  "conversation_agent_event_delivery_seconds")
-            r = await stack.send(cid, "/agent what is 17*23")
-            assert r.json()["route"]["target"] == "agent"
-            frames = await recv_until(ws, lambda f: f["type"] == "agent.complete")
-            await ws.close()
-            metrics = (await stack.http.get(f"{stack.chat_url}/metrics")).text
+    agent_db, chat_db = await database_factory("agent"), await database_factory("chat")
+    async with agent_service(agent_db, tmp_path) as agent_url, chat_service(chat_db, agent_url) as stack:
+        cid = await stack.conversation()
+        # Connected before the message: every frame of the turn goes out live, none by replay.
+        ws = await connect(stack.chat_url, cid, "alice")
+        r = await stack.send(cid, "hello there")
+        assert r.json()["route"]["target"] == "direct_llm"
+        await recv_until(ws, lambda f: f["type"] == "message.completed")
+        after_direct = _count((await stack.http.get(f"{stack.chat_url}/metrics")).text,
+                              "conversation_agent_event_delivery_seconds")
+        r = await stack.send(cid, "/agent what is 17*23")
+        assert r.json()["route"]["target"] == "agent"
+        frames = await recv_until(ws, lambda f: f["type"] == "agent.complete")
+        await ws.close()
+        metrics = (await stack.http.get(f"{stack.chat_url}/metrics")).text
     assert after_direct == 0
     from_agent_events = [
         f for f in frames
