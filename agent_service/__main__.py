@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False,
         # Streams end on their own after a terminal event; give them a moment on shutdown.
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=settings.keep_alive_timeout_s,
     )
 
 

@@ -49,6 +49,10 @@ class AgentServiceSettings(BaseSettings):
     # stalls (database outage, blocked loop) at the cost of a slower recovery after a crash.
     lease_seconds: Annotated[float, Field(gt=0)] = 15.0
     lease_renew_seconds: Annotated[float, Field(gt=0)] = 5.0
+    # Seconds uvicorn keeps an idle keep-alive connection open. Longer than any client or load
+    # balancer in front keeps it idle (nginx upstream keepalive_timeout: 60 s by default), so it is the
+    # client that closes: a server-side close racing the client's reuse of the connection loses a request.
+    keep_alive_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 75
     log_level: str = "INFO"
 
     @field_validator("api_keys", mode="before")

@@ -65,6 +65,10 @@ class ConversationSettings(BaseSettings):
     direct_history_messages: int = Field(default=20, ge=1, le=1000)
     direct_system_prompt: str = "You are a helpful assistant in a chat product. Answer concisely."
 
+    # Seconds uvicorn keeps an idle keep-alive connection open. Longer than any client or load
+    # balancer in front keeps it idle (nginx upstream keepalive_timeout: 60 s by default), so it is the
+    # client that closes: a server-side close racing the client's reuse of the connection loses a request.
+    keep_alive_timeout_s: int = Field(default=75, ge=1, le=3600)
     log_level: str = "INFO"
 
     @cached_property
