@@ -34,6 +34,7 @@ from agent_service.settings import AgentServiceSettings
 from agent_service.tools.knowledge.indexer import index_knowledge
 from agent_service.tools.registry import build_registry
 from shared.db import create_engine, create_sessionmaker
+from shared.heap_profile import install_heap_profile
 from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.logging import RequestIdMiddleware
@@ -199,6 +200,7 @@ def create_app(
     app.include_router(runs_router.router)
     app.include_router(sessions_router.router)
     app.include_router(profiles_router.router)
+    install_heap_profile(app)  # only with DEBUG_HEAP_PROFILE=1
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)
     # Outermost, so the count includes answers of the other middleware (413) and unhandled errors.

@@ -51,6 +51,7 @@ from conversation_service.settings import ConversationSettings
 from conversation_service.state import ServiceState
 from conversation_service.tasks import TaskSupervisor
 from shared.db import create_engine, create_sessionmaker
+from shared.heap_profile import install_heap_profile
 from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.logging import RequestIdMiddleware
@@ -214,6 +215,7 @@ def create_app(
     app.include_router(messages_router)
     app.include_router(agent_router)
     app.include_router(ws_router)
+    install_heap_profile(app)  # only with DEBUG_HEAP_PROFILE=1
     app.mount("/ui", StaticFiles(directory=UI_DIR), name="ui")
 
     @app.get("/", include_in_schema=False)

@@ -1,0 +1,110 @@
+"""Opt-in heap profiling of a running service: ``GET /debug/heap``.
+
+Off unless ``DEBUG_HEAP_PROFILE=1``: then ``tracemalloc`` starts when the app is built and the
+route answers with the traced heap (total, peak), the largest allocation sites, the sites that grew
+most since the previous call, the number of live asyncio tasks and gc counts. Disabled, the route
+does not exist (404) and nothing is traced: tracing costs CPU and memory on every allocation.
+
+The answer holds file names, line numbers, sizes and counts only, never object contents, so no
+message body or secret can leak through it. It is a diagnostic for load tests (``loadtests/
+leak_check.py``); do not enable it on a replica that is reachable from outside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import sys
+import tracemalloc
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Query
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+HEAP_PATH = "/debug/heap"
+_MAX_TOP = 200
+
+
+class HeapProfileSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DEBUG_", extra="ignore")
+
+    heap_profile: bool = False
+    # Frames kept per allocation; 1 groups by the allocating line (cheapest), more show callers.
+    heap_profile_frames: Annotated[int, Field(ge=1, le=32)] = 1
+
+
+class HeapProfiler:
+    """Takes snapshots and diffs each against the previous one (held here, one at a time)."""
+
+    def __init__(self, frames: int) -> None:
+        self.frames = frames
+        self._previous: tracemalloc.Snapshot | None = None
+        self._roots = sorted({os.path.dirname(p) for p in sys.path if p} | {sys.prefix}, key=len, reverse=True)
+
+    def start(self) -> None:
+        if not tracemalloc.is_tracing():
+            tracemalloc.start(self.frames)
+
+    def _where(self, frame: tracemalloc.Frame) -> str:
+        # Paths relative to the interpreter or project root: shorter, and no host layout in the output.
+        name = frame.filename
+        for root in self._roots:
+            if root and name.startswith(root + os.sep):
+                name = name[len(root) + 1:]
+                break
+        return f"{name}:{frame.lineno}"
+
+    def _site(self, stat: tracemalloc.Statistic | tracemalloc.StatisticDiff) -> str:
+        return " <- ".join(self._where(frame) for frame in stat.traceback)
+
+    def report(self, top: int, asyncio_tasks: int) -> dict[str, Any]:
+        gc.collect()  # count what is still reachable, not what a pending collection would free
+        snapshot = tracemalloc.take_snapshot().filter_traces((
+            tracemalloc.Filter(False, tracemalloc.__file__),
+            tracemalloc.Filter(False, "<frozen importlib._bootstrap>"),
+            tracemalloc.Filter(False, "<frozen importlib._bootstrap_external>"),
+            tracemalloc.Filter(False, "<unknown>"),
+        ))
+        key = "traceback" if self.frames > 1 else "lineno"
+        stats = snapshot.statistics(key)
+        current, peak = tracemalloc.get_traced_memory()
+        result: dict[str, Any] = {
+            "traced_bytes": current,
+            "peak_bytes": peak,
+            "snapshot_bytes": sum(s.size for s in stats),
+            "sites": len(stats),
+            "asyncio_tasks": asyncio_tasks,
+            "gc_objects": len(gc.get_objects()),
+            "top": [{"site": self._site(s), "bytes": s.size, "count": s.count} for s in stats[:top]],
+            "growth": None,
+        }
+        if self._previous is not None:
+            diff = [d for d in snapshot.compare_to(self._previous, key) if d.size_diff]
+            diff.sort(key=lambda d: d.size_diff, reverse=True)
+            result["growth"] = [
+                {"site": self._site(d), "bytes": d.size, "bytes_diff": d.size_diff, "count": d.count,
+                 "count_diff": d.count_diff}
+                for d in diff[:top]
+            ]
+        self._previous = snapshot
+        return result
+
+
+def install_heap_profile(app: FastAPI, settings: HeapProfileSettings | None = None) -> HeapProfiler | None:
+    """Starts tracing and adds ``GET /debug/heap`` when enabled; otherwise does nothing."""
+    settings = settings or HeapProfileSettings()
+    if not settings.heap_profile:
+        return None
+    profiler = HeapProfiler(settings.heap_profile_frames)
+    profiler.start()
+    router = APIRouter(include_in_schema=False)
+
+    @router.get(HEAP_PATH)
+    async def heap(top: Annotated[int, Query(ge=1, le=_MAX_TOP)] = 25) -> dict[str, Any]:
+        # Snapshots of a big heap take a while; off the loop so streams keep flowing meanwhile.
+        return await asyncio.to_thread(profiler.report, top, len(asyncio.all_tasks()))
+
+    app.include_router(router)
+    return profiler
