@@ -41,7 +41,7 @@ class HeapProfiler:
     def __init__(self, frames: int) -> None:
         self.frames = frames
         self._previous: tracemalloc.Snapshot | None = None
-        self._roots = sorted({os.path.dirname(p) for p in sys.path if p} | {sys.prefix}, key=len, reverse=True)
+        self._roots = sorted({p for p in sys.path if p} | {sys.prefix}, key=len, reverse=True)
 
     def start(self) -> None:
         if not tracemalloc.is_tracing():
