@@ -26,7 +26,11 @@ StateDep = Annotated[ServiceState, Depends(get_state)]
 
 
 async def get_session(state: StateDep) -> AsyncIterator[AsyncSession]:
-    """The request's unit of work: commit once on success, roll back on error."""
+    """The request's unit of work: commit once on success, roll back on error.
+
+    Used with ``scope="function"``: the commit runs when the route returns, before the response
+    is sent. With the default (request) scope it ran after the response, so a client that acted
+    on a 201 at once (opening the new conversation's WebSocket) could find no row yet."""
     async with state.sessionmaker() as session:
         try:
             yield session
@@ -36,7 +40,7 @@ async def get_session(state: StateDep) -> AsyncIterator[AsyncSession]:
             raise
 
 
-SessionDep = Annotated[AsyncSession, Depends(get_session)]
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 _bearer = HTTPBearer(auto_error=False, description="HS256 JWT: sub = user id, org = organisation id")
 
