@@ -112,9 +112,11 @@ def create_app(
         )
 
         async def seq_floor(conversation_id: str) -> int:
+            # Pending first: a frame committed (and no longer pending) during the read is in the read.
+            pending = writer.pending_max(conversation_id)
             async with unit_of_work(sessionmaker) as session:
                 persisted = await FrameRepository(session).max_seq(conversation_id)
-            return max(persisted, writer.pending_max(conversation_id))
+            return max(persisted, pending)
 
         hub: Hub
         seq: SeqAllocator

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 # Reads the highest seq known for a conversation (persisted frames and frames waiting in this
@@ -30,19 +31,37 @@ class SeqAllocator(ABC):
 
 
 class InProcessSeqAllocator(SeqAllocator):
-    def __init__(self, floor: FloorLoader) -> None:
+    """Counters of the ``max_conversations`` most recently used conversations.
+
+    A counter held for every conversation ever seen grew with each new one (a leak over a
+    process's life). Dropping the least recently used is safe: every seq handed out is either
+    committed or still pending in the writer, both of which the floor reads, so a dropped counter
+    comes back at exactly the value it had.
+    """
+
+    def __init__(self, floor: FloorLoader, max_conversations: int = 10_000) -> None:
+        if max_conversations < 1:
+            raise ValueError("max_conversations must be at least 1")
         self._floor = floor
-        self._counters: dict[str, int] = {}
+        self._max = max_conversations
+        self._counters: OrderedDict[str, int] = OrderedDict()
         self._init_lock = asyncio.Lock()
 
     async def _ensure(self, conversation_id: str) -> None:
         if conversation_id in self._counters:
+            self._counters.move_to_end(conversation_id)
             return
         async with self._init_lock:
             if conversation_id not in self._counters:
                 self._counters[conversation_id] = await self._floor(conversation_id)
+                while len(self._counters) > self._max:
+                    self._counters.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._counters)
 
     async def next(self, conversation_id: str) -> int:
+        # No await between _ensure and the increment: the counter cannot be dropped in between.
         await self._ensure(conversation_id)
         self._counters[conversation_id] += 1
         return self._counters[conversation_id]
