@@ -31,6 +31,10 @@ class ClientConnection:
         self.overflowed = asyncio.Event()
         self.last_sent = 0
 
+    def backlog(self) -> float:
+        """How full the queue is, 0..1: the publisher lets the sender run before it fills up."""
+        return self.queue.qsize() / self.queue.maxsize
+
     def deliver(self, frame: Frame) -> None:
         if self.overflowed.is_set():
             return
@@ -47,7 +51,7 @@ class ClientConnection:
             self.overflowed.set()
 
     async def _send(self, frame: Frame) -> None:
-        await self.ws.send_text(frame.to_json().decode())
+        await self.ws.send_text(frame.to_text())
         self.last_sent = frame.seq
         self.state.metrics.ws_frames_sent.inc()
         if frame.received_at is not None:

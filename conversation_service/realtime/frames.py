@@ -37,12 +37,22 @@ class Frame:
     # perf_counter() when the agent event behind this frame was received, so the sender can
     # measure the whole path to the socket. Local to this process: never serialised.
     received_at: float | None = field(default=None, compare=False, repr=False)
+    # The encoded frame, made on first use: a frame goes to every client of its conversation (and
+    # to Redis), and is encoded once, not once per client.
+    _text: str | None = field(default=None, init=False, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, "seq": self.seq, "conversation_id": self.conversation_id, "data": self.data}
 
+    def to_text(self) -> str:
+        text = self._text
+        if text is None:
+            text = orjson.dumps(self.to_dict()).decode()
+            object.__setattr__(self, "_text", text)  # frozen: the cache is the only late field
+        return text
+
     def to_json(self) -> bytes:
-        return orjson.dumps(self.to_dict())
+        return self.to_text().encode()
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Frame:

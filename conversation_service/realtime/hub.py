@@ -30,8 +30,15 @@ class Subscriber(Protocol):
         """Take a frame without blocking; never raises for a full queue (flag, then drop)."""
         ...
 
+    # Optional: ``backlog() -> float``, how full the subscriber's queue is (0 empty .. 1 full).
+    # A subscriber without a queue of its own (it handles each frame in ``deliver``) has none.
+
 
 Unsubscribe = Callable[[], None]
+
+
+def _no_backlog() -> float:
+    return 0.0
 
 
 class _LocalRegistry:
@@ -60,6 +67,12 @@ class _LocalRegistry:
     def count(self, conversation_id: str) -> int:
         return len(self._subscribers.get(conversation_id, ()))
 
+    def backlog(self, conversation_id: str) -> float:
+        subscribers = self._subscribers.get(conversation_id)
+        if not subscribers:
+            return 0.0
+        return max((getattr(subscriber, "backlog", _no_backlog)() for subscriber in subscribers), default=0.0)
+
 
 class Hub(ABC):
     def __init__(self) -> None:
@@ -81,6 +94,10 @@ class Hub(ABC):
 
     def subscriber_count(self, conversation_id: str) -> int:
         return self._local.count(conversation_id)
+
+    def backlog(self, conversation_id: str) -> float:
+        """The fullest queue among this process's subscribers of the conversation, 0..1."""
+        return self._local.backlog(conversation_id)
 
 
 class InProcessHub(Hub):
