@@ -14,8 +14,10 @@ class FrameRepository(Repository):
         if not frames:
             return
         now = utcnow()
+        # A Core insert on the table: the ORM's bulk-insert path costs more per row than the
+        # executemany itself (it was ~10 % of the event loop's time under streaming load).
         await self.session.execute(
-            insert(ConversationFrame),
+            insert(ConversationFrame.__table__),
             [
                 {"conversation_id": f.conversation_id, "seq": f.seq, "type": f.type, "data": f.data, "created_at": now}
                 for f in frames
