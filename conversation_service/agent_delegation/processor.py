@@ -93,6 +93,13 @@ class AgentTurn:
     message_id: str  # the assistant message this turn fills
     in_reply_to: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The background write that creates the assistant message (None: it exists already). Every
+    # database write of the turn waits for it first.
+    opened: asyncio.Task | None = None
+
+    async def ready(self) -> None:
+        if self.opened is not None:
+            await asyncio.shield(self.opened)
 
 
 @dataclass
@@ -204,6 +211,7 @@ class AgentEventProcessor:
                 await self._publisher.emit(
                     cid, FrameType.AGENT_TOOL_END, frame, boundary=True, received_at=state.received_at
                 )
+                await turn.ready()
                 async with unit_of_work(self._sessionmaker) as session:
                     await MessageRepository(session).set_agent_metadata(turn.message_id, state.metadata())
             case EventType.COMPLETE:
@@ -249,6 +257,7 @@ class AgentEventProcessor:
         ask = {"question_id": data.question_id, "question": data.question, "kind": data.kind.value,
                "expires_at": expires_at.isoformat(), "tool": data.tool, "args": data.args}
         metadata = state.metadata(ask_user=ask)
+        await turn.ready()
         async with unit_of_work(self._sessionmaker) as session:
             await InteractionRepository(session).add(
                 PendingInteraction(
@@ -319,6 +328,7 @@ class AgentEventProcessor:
         )
 
     async def _finish_message(self, state: _TurnState, content: str, status: str, metadata: dict[str, Any]) -> None:
+        await state.turn.ready()
         async with unit_of_work(self._sessionmaker) as session:
             await MessageRepository(session).finish(
                 state.turn.message_id, content=content, status=status, agent_metadata=metadata

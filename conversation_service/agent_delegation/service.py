@@ -54,6 +54,8 @@ from conversation_service.db.models import (
     MessageRole,
     MessageStatus,
     PendingInteraction,
+    new_id,
+    utcnow,
 )
 from conversation_service.db.repository import unit_of_work
 from conversation_service.direct_llm.replier import DirectLLMReplier
@@ -139,8 +141,8 @@ class AgentDelegation:
 
     async def _run_turn(self, conversation: Conversation, user_message: Message, request: TurnRequest) -> None:
         started = time.perf_counter()
-        row = await self._claim_session(conversation.id)
-        if row is None:
+        claimed = await self._claim_session(conversation.id, user_message)
+        if claimed is None:
             await self._publisher.emit(
                 conversation.id, FrameType.NOTICE,
                 {"code": "agent_session_conflict",
@@ -149,8 +151,9 @@ class AgentDelegation:
             )
             self._metrics.agent_turns.labels(outcome="failed").inc()
             return
+        row, history_rows = claimed
         row_id, agent_session_id, profile_name = row.id, row.agent_session_id, row.profile_name
-        chat_history, history_stats = await self._chat_history(conversation.id, user_message)
+        chat_history, history_stats = await self._chat_history(conversation.id, history_rows)
         execute = ExecuteRequest(
             session_id=agent_session_id,
             profile_name=profile_name,
@@ -181,6 +184,7 @@ class AgentDelegation:
             raise
         self._metrics.agent_first_chunk_seconds.observe(time.perf_counter() - started)
         session_id_token = session_id_var.set(stream.session_id)
+        turn: AgentTurn | None = None
         try:
             turn = await self._open_turn(
                 conversation, user_message, row_id, agent_session_id, stream.session_id or "", request,
@@ -193,27 +197,30 @@ class AgentDelegation:
         finally:
             await stream.aclose()
             session_id_var.reset(session_id_token)
+            if turn is not None and turn.opened is not None:
+                await _settle_opening(turn.opened)
         self._count_retries(stream)
         await self._settle(conversation, user_message, turn, outcome, execute, stream.retries + 1, is_probe)
 
-    async def _claim_session(self, conversation_id: str):
+    async def _claim_session(self, conversation_id: str, user_message: Message):
+        """The conversation's open agent session (created if none) and the history rows before
+        ``user_message``, in one transaction: one round trip to the database, not two."""
         for attempt in range(CLAIM_ATTEMPTS):
             try:
                 async with unit_of_work(self._sessionmaker) as session:
                     row, _created = await AgentSessionService(session).get_or_create_open(
                         conversation_id, profile_name=self.settings.agent_profile_name
                     )
-                    return row
+                    history = await MessageRepository(session).complete_before(
+                        user_message, self._history.settings.max_input_messages
+                    )
+                    return row, history
             except AgentSessionConflict:
                 # Another replica's claim is not committed yet; its commit is a few ms away.
                 await asyncio.sleep(0.05 * (attempt + 1))
         return None
 
-    async def _chat_history(self, conversation_id: str, user_message: Message):
-        async with unit_of_work(self._sessionmaker) as session:
-            rows = await MessageRepository(session).complete_before(
-                user_message, self._history.settings.max_input_messages
-            )
+    async def _chat_history(self, conversation_id: str, rows: list[Message]):
         records = [HistoryRecord.from_message(m) for m in rows]
         result = await self._history.extract(conversation_id, records)
         return result.messages, result.stats.as_dict()
@@ -229,6 +236,31 @@ class AgentDelegation:
         history_stats: dict[str, Any],
     ) -> AgentTurn:
         metadata = {"route_reason": request.route_reason, "history": history_stats}
+        # The assistant message is announced at once and written in the background: the first
+        # answer chunk does not wait for this transaction. Nothing per event touches the database;
+        # the processor waits for ``opened`` before its first write (a tool's end, the final
+        # message), so the row always exists by then.
+        message = Message(
+            id=new_id(), conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content="",
+            status=MessageStatus.STREAMING.value, client_message_id=None, created_at=utcnow(),
+            agent_session_id=agent_session_id,
+            agent_metadata={"path": "agent", "in_reply_to": user_message.id, **metadata},
+        )
+        frame_data = MessageOut.model_validate(message).model_dump(mode="json")
+        opened = asyncio.create_task(
+            self._record_turn(row_id, known_agent_session_id, agent_session_id, message),
+            name=f"agent-turn-open:{message.id}",
+        )
+        await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, frame_data)
+        return AgentTurn(
+            conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id,
+            message_id=message.id, in_reply_to=user_message.id, metadata=metadata, opened=opened,
+        )
+
+    async def _record_turn(
+        self, row_id: str, known_agent_session_id: str | None, agent_session_id: str, message: Message
+    ) -> None:
+        """The turn's start in one transaction: correlation, status, and the assistant message."""
         async with unit_of_work(self._sessionmaker) as session:
             sessions = AgentSessionRepository(session)
             if known_agent_session_id is None:
@@ -238,20 +270,7 @@ class AgentDelegation:
                 expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER],
             )
             await sessions.set_pending_question(row_id, None)
-            message = Message(
-                conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content="",
-                status=MessageStatus.STREAMING.value, agent_session_id=agent_session_id,
-                agent_metadata={"path": "agent", "in_reply_to": user_message.id, **metadata},
-            )
             session.add(message)
-            await session.flush()
-        await self._publisher.emit(
-            conversation.id, FrameType.MESSAGE_CREATED, MessageOut.model_validate(message).model_dump(mode="json")
-        )
-        return AgentTurn(
-            conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id,
-            message_id=message.id, in_reply_to=user_message.id, metadata=metadata,
-        )
 
     async def _start_failed(
         self,
@@ -411,6 +430,17 @@ class AgentDelegation:
                 boundary=True,
             )
         return [question.question_id for question in handled]
+
+
+async def _settle_opening(opened: asyncio.Task) -> None:
+    """Wait for a turn's start write if the processor did not; its failure is logged once."""
+    try:
+        await asyncio.shield(opened)
+    except asyncio.CancelledError:
+        if not opened.done():
+            raise
+    except Exception:
+        log.exception("could not record the agent turn's start")
 
 
 async def _iterate(stream) -> Any:
