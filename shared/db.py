@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import orjson
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
@@ -19,6 +21,17 @@ def ensure_sqlite_dir(url: str) -> None:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
 
 
+def json_dumps(value: Any) -> str:
+    """JSON column serializer: orjson, several times faster than ``json.dumps`` on the hot write
+    paths (event rows, frames). A ``str`` because asyncpg's json/jsonb codecs and SQLite's TEXT
+    both take text. Non-string keys are stringified, as ``json.dumps`` does."""
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def json_loads(value: str | bytes) -> Any:
+    return orjson.loads(value)
+
+
 def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> AsyncEngine:
     """An async engine tuned per backend.
 
@@ -27,7 +40,9 @@ def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Async
     """
     ensure_sqlite_dir(url)
     if is_sqlite(url):
-        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+        engine = create_async_engine(
+            url, echo=echo, connect_args={"timeout": 30}, json_serializer=json_dumps, json_deserializer=json_loads
+        )
 
         @event.listens_for(engine.sync_engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record) -> None:  # pragma: no cover - trivial
@@ -40,7 +55,8 @@ def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Async
 
         return engine
     return create_async_engine(
-        url, echo=echo, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800
+        url, echo=echo, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800,
+        json_serializer=json_dumps, json_deserializer=json_loads,
     )
 
 

@@ -14,6 +14,9 @@ from agent_service.models import AgentEvent, AgentRun
 from shared.protocol import EventEnvelope, EventType, SessionStatus
 
 
+_EVENTS = AgentEvent.__table__
+
+
 @dataclass(frozen=True, slots=True)
 class HeldLease:
     """A run whose lease this process still holds, as the renewal found it."""
@@ -138,8 +141,10 @@ class EventRepository:
     async def insert_many(self, envelopes: Sequence[EventEnvelope]) -> None:
         if not envelopes:
             return
+        # A Core insert on the table, run as one executemany: the ORM bulk path (insert on the
+        # mapped class) costs several times more per row on the loop, and no ORM state is wanted.
         await self.db.execute(
-            insert(AgentEvent),
+            insert(_EVENTS),
             [
                 {
                     "session_id": env.session_id,

@@ -43,7 +43,7 @@ async def execute(
     """
     handle = await service.execute(body, idempotency_key)
     return StreamingResponse(
-        streamer.stream(handle.session_id, handle.first_seq - 1, until_run=handle.run_id),
+        streamer.stream(handle.session_id, handle.first_seq - 1, until_run=handle.run_id, live=handle.live),
         media_type=SSE_MEDIA_TYPE,
         headers={**SSE_HEADERS, "X-Session-ID": handle.session_id, "X-Run-ID": handle.run_id},
     )

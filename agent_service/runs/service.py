@@ -437,8 +437,11 @@ class RunService:
             UserContext.model_validate(session.user_context) if session is not None and request.answer is not None
             else request.user_context
         )
-        handle = RunHandle(session_id=session_id, run_id=run_id, first_seq=first_seq)
         channel = self._log.open_channel(session_id, run_id, first_seq)
+        # Subscribed before the run's task exists: its first events go straight to this execute's
+        # stream, never through a log read that would queue behind other runs' group commits.
+        live, _, _ = self._log.subscribe(session_id)
+        handle = RunHandle(session_id=session_id, run_id=run_id, first_seq=first_seq, live=live)
         self._manager.start(
             ActiveRun(
                 handle=handle,

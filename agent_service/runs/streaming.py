@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.metrics import AgentMetrics
-from agent_service.runs.event_log import EventLog, LiveEvent
+from agent_service.runs.event_log import EventLog, LiveEvent, LiveSubscription
 from agent_service.runs.repository import EventRepository
 from agent_service.sessions.repository import SessionRepository
 from shared.protocol import EventEnvelope, SessionStatus
@@ -56,25 +56,40 @@ class EventStreamer:
             session = await SessionRepository(db).get(session_id)
             return (session.status, session.current_run_id) if session else (None, None)
 
-    async def stream(self, session_id: str, after: int, until_run: str | None = None) -> AsyncIterator[bytes]:
+    async def stream(
+        self, session_id: str, after: int, until_run: str | None = None, live: LiveSubscription | None = None,
+    ) -> AsyncIterator[bytes]:
         """SSE bytes of every event of ``session_id`` after ``after``.
 
         Ends after the terminal event of ``until_run`` (execute: the run started or joined), or
         else of the run live at subscription time; with no live run, once the log is read.
+        ``live`` is a subscription taken before the run emitted anything (``RunHandle.live``),
+        with ``after`` just before the run's first seq: it holds every event to send.
         """
         settings = self._settings
-        yield encode_retry(settings.retry_ms)
-        sub, live_run, snapshot = self._log.subscribe(session_id)
-        channel = self._log.channel(session_id)
+        if live is not None and live.overflowed:
+            # The response started too late to catch up from memory: replay from the log instead.
+            self._log.unsubscribe(session_id, live)
+            live = None
+        if live is not None:
+            sub, live_run, snapshot = live, until_run, []
+            in_memory = True
+        else:
+            sub, live_run, snapshot = self._log.subscribe(session_id)
+            channel = self._log.channel(session_id)
         stop_run = until_run or live_run
         last = after
         try:
+            yield encode_retry(settings.retry_ms)
             # 1. Replay: the log, merged with the live run's not-yet-written events.
             pending = {item.envelope.seq: item for item in snapshot if item.envelope.seq > last}
-            # When the snapshot holds every event after ``after`` (a new run's own stream, a client
-            # a few events behind), the log has nothing more: skip reading it. Under load that read
-            # waits behind the group commits and would hold the live events back meanwhile.
-            in_memory = channel is not None and sub is not None and len(pending) == channel.next_seq - 1 - after
+            if live is None:
+                # When the snapshot holds every event after ``after`` (a client a few events
+                # behind), the log has nothing more: skip reading it. Under load that read waits
+                # behind the group commits and would hold the live events back meanwhile.
+                in_memory = (
+                    channel is not None and sub is not None and len(pending) == channel.next_seq - 1 - after
+                )
             while not in_memory:
                 page = await self._read(session_id, last)
                 for env in page:
