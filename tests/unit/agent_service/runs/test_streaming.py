@@ -101,3 +101,59 @@ async def test_events_already_written_are_read_from_the_log_then_the_rest_from_m
         await engine.dispose()
     assert seqs == [3, 4, 5, 6, 7, 8]
     assert log_reads, "events 3 and 4 exist only in the log"
+
+
+async def test_stream_subscribed_before_the_run_sends_everything_from_memory_even_once_written(
+    database_url: str,
+) -> None:
+    """An execute's own subscription, taken before the run emitted anything, holds every event:
+    its stream sends them all without reading the log, even when they were committed before the
+    response started."""
+    engine, sessionmaker, log_reads = await _setup(database_url)
+    metrics = AgentMetrics()
+    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=1000, metrics=metrics)
+    log.start()
+    try:
+        channel = log.open_channel("s1", "r1", 1)
+        live, _, _ = log.subscribe("s1")
+        for i in range(4):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+        await log.writer.flush()  # 1..4 committed: a late subscriber would have to read them back
+        streamer = EventStreamer(log, sessionmaker, SETTINGS, metrics)
+        reader = asyncio.create_task(_read_all(streamer.stream("s1", 0, until_run="r1", live=live)))
+        for i in range(4, 7):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+            await asyncio.sleep(0)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        seqs = await asyncio.wait_for(reader, 10)
+    finally:
+        await log.aclose()
+        await engine.dispose()
+    assert seqs == list(range(1, 9))
+    assert log_reads == []
+    assert metrics.registry.get_sample_value("agent_event_overhead_seconds_count") == 7
+    assert not channel.subscribers
+
+
+async def test_stream_whose_early_subscription_overflowed_replays_from_the_log(database_url: str) -> None:
+    engine, sessionmaker, log_reads = await _setup(database_url)
+    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=3, metrics=AgentMetrics())
+    log.start()
+    try:
+        channel = log.open_channel("s1", "r1", 1)
+        live, _, _ = log.subscribe("s1")
+        for i in range(5):  # more than the subscription holds: it is cut off
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+        await log.writer.flush()
+        assert live.overflowed
+        streamer = EventStreamer(log, sessionmaker, SETTINGS)
+        reader = asyncio.create_task(_read_all(streamer.stream("s1", 0, until_run="r1", live=live)))
+        while not channel.subscribers:
+            await asyncio.sleep(0)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        seqs = await asyncio.wait_for(reader, 10)
+    finally:
+        await log.aclose()
+        await engine.dispose()
+    assert seqs == list(range(1, 7))
+    assert log_reads, "events 1..5 were read back from the log"
