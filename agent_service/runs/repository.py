@@ -13,7 +13,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agent_service.models import AgentEvent, AgentRun
 from shared.protocol import EventEnvelope, EventType, SessionStatus
 
-
 _EVENTS = AgentEvent.__table__
 
 
