@@ -74,18 +74,10 @@ class Conversation:
     async def open(self) -> None:
         r = await self.http.post(f"{self.base_url}/conversations", json={"title": "bench"}, headers=self.headers)
         r.raise_for_status()
+        # The row is committed before the 201, so the WebSocket can be opened at once.
         self.id = r.json()["id"]
-        await self._wait_visible()
         url = self.base_url.replace("http://", "ws://") + f"/conversations/{self.id}/ws"
         self.ws = await websockets.connect(url, additional_headers=self.headers, max_size=2**22)
-
-    async def _wait_visible(self) -> None:
-        # POST /conversations answers 201 before its request-scoped commit has run (the session
-        # dependency closes after the response), so a WebSocket opened at once can be refused
-        # with "conversation not found". Wait until a read sees the row.
-        async with asyncio.timeout(10):
-            while (await self.http.get(f"{self.base_url}/conversations/{self.id}", headers=self.headers)).status_code != 200:
-                await asyncio.sleep(0.01)
 
     async def close(self) -> None:
         if self.ws is not None:
