@@ -100,6 +100,14 @@ class LiveSubscription:
             except TimeoutError:
                 return None
 
+    def take_all(self) -> list[LiveEvent]:
+        """The events queued now, without waiting (none once overflowed)."""
+        if self.overflowed:
+            return []
+        items = list(self._items)
+        self._items.clear()
+        return items
+
     @property
     def ended(self) -> bool:
         return self.overflowed or (self.closed and not self._items)

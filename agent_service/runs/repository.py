@@ -14,6 +14,8 @@ from agent_service.models import AgentEvent, AgentRun
 from shared.protocol import EventEnvelope, EventType, SessionStatus
 
 _EVENTS = AgentEvent.__table__
+# Rows per insert statement of a group commit (see EventRepository.insert_many).
+_INSERT_SLICE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,24 +140,26 @@ class EventRepository:
         self.db = db
 
     async def insert_many(self, envelopes: Sequence[EventEnvelope]) -> None:
-        if not envelopes:
-            return
-        # A Core insert on the table, run as one executemany: the ORM bulk path (insert on the
-        # mapped class) costs several times more per row on the loop, and no ORM state is wanted.
-        await self.db.execute(
-            insert(_EVENTS),
-            [
-                {
-                    "session_id": env.session_id,
-                    "seq": env.seq,
-                    "run_id": env.run_id,
-                    "type": env.type.value,
-                    "ts": env.ts,
-                    "data": env.data,
-                }
-                for env in envelopes
-            ],
-        )
+        # A Core insert on the table, run as executemany: the ORM bulk path (insert on the mapped
+        # class) costs several times more per row on the loop, and no ORM state is wanted.
+        # In slices: the driver-side preparation of each slice (bind processing, JSON) runs on the
+        # event loop without an await, so one large group commit would stall every live stream;
+        # between slices the loop serves them.
+        for start in range(0, len(envelopes), _INSERT_SLICE):
+            await self.db.execute(
+                insert(_EVENTS),
+                [
+                    {
+                        "session_id": env.session_id,
+                        "seq": env.seq,
+                        "run_id": env.run_id,
+                        "type": env.type.value,
+                        "ts": env.ts,
+                        "data": env.data,
+                    }
+                    for env in envelopes[start : start + _INSERT_SLICE]
+                ],
+            )
 
     async def after(self, session_id: str, after_seq: int, limit: int) -> list[EventEnvelope]:
         result = await self.db.execute(

@@ -123,12 +123,20 @@ class EventStreamer:
                             return
                         yield encode_comment("heartbeat")
                         continue
-                    if item.envelope.seq <= last:
+                    # Everything already queued goes out in one write: one pass through the
+                    # ASGI stack for a burst instead of one per event.
+                    batch: list[LiveEvent] = []
+                    for queued in (item, *sub.take_all()):
+                        if queued.envelope.seq > last:
+                            batch.append(queued)
+                    if not batch:
                         continue
-                    yield item.sse
-                    self._observe(item)
-                    last = item.envelope.seq
-                    if item.envelope.is_terminal and item.envelope.run_id == stop_run:
+                    yield b"".join(queued.sse for queued in batch) if len(batch) > 1 else batch[0].sse
+                    for queued in batch:
+                        self._observe(queued)
+                    last = batch[-1].envelope.seq
+                    # A terminal event is the channel's last: it can only end a batch.
+                    if batch[-1].envelope.is_terminal and batch[-1].envelope.run_id == stop_run:
                         return
 
             # 3. No run here: if another process runs the session, follow its log.
