@@ -54,8 +54,12 @@ class ClientConnection:
         await self.ws.send_text(frame.to_text())
         self.last_sent = frame.seq
         self.state.metrics.ws_frames_sent.inc()
-        if frame.received_at is not None:
-            self.state.metrics.agent_event_delivery_seconds.observe(time.perf_counter() - frame.received_at)
+        stamps = frame.received_at
+        if stamps is not None:
+            now = time.perf_counter()
+            observe = self.state.metrics.agent_event_delivery_seconds.observe
+            for stamp in stamps if isinstance(stamps, tuple) else (stamps,):
+                observe(now - stamp)
 
     async def _read_db(self, after: int, upto: int | None = None) -> list[Frame]:
         async with unit_of_work(self.state.sessionmaker) as session:

@@ -34,9 +34,10 @@ class Frame:
     seq: int
     conversation_id: str
     data: dict[str, Any]
-    # perf_counter() when the agent event behind this frame was received, so the sender can
-    # measure the whole path to the socket. Local to this process: never serialised.
-    received_at: float | None = field(default=None, compare=False, repr=False)
+    # perf_counter() when the agent event(s) behind this frame were received (several when chunks
+    # were coalesced), so the sender can measure each event's path to the socket. Local to this
+    # process: never serialised.
+    received_at: float | tuple[float, ...] | None = field(default=None, compare=False, repr=False)
     # The encoded frame, made on first use: a frame goes to every client of its conversation (and
     # to Redis), and is encoded once, not once per client.
     _text: str | None = field(default=None, init=False, compare=False, repr=False)

@@ -64,7 +64,7 @@ class FramePublisher:
 
     async def emit(
         self, conversation_id: str, type: str, data: dict[str, Any], *, boundary: bool = False,
-        received_at: float | None = None,
+        received_at: float | tuple[float, ...] | None = None,
     ) -> Frame:
         """Publish one frame. ``boundary=True`` (a message completed) commits it without waiting
         for the group-commit window. ``received_at`` stamps a frame made from an agent event."""

@@ -229,11 +229,14 @@ async def test_each_event_type_maps_to_its_frame(bed: Bed) -> None:
     assert outcome.kind is TurnOutcomeKind.COMPLETE
     assert outcome.content == "17*23 is 391." and outcome.last_seq == len(TOOL_RUN)
     frames = bed.log.frames[1:]  # after message.created
+    deltas = [f for f in frames if f.type == FrameType.MESSAGE_DELTA]
+    # Chunks that were queued together may go out as one delta: the text is what counts.
+    assert 1 <= len(deltas) <= 3
     assert [f.type for f in frames] == [
         FrameType.AGENT_THINKING,
         FrameType.AGENT_TOOL_START, FrameType.AGENT_TOOL_END,
         FrameType.AGENT_TOOL_START, FrameType.AGENT_TOOL_END,
-        FrameType.MESSAGE_DELTA, FrameType.MESSAGE_DELTA, FrameType.MESSAGE_DELTA,
+        *[FrameType.MESSAGE_DELTA] * len(deltas),
         FrameType.MESSAGE_COMPLETED, FrameType.AGENT_COMPLETE,
     ]
     mid = bed.message_id
@@ -247,10 +250,12 @@ async def test_each_event_type_maps_to_its_frame(bed: Bed) -> None:
     # TOOL_END without a tool name: the name known from TOOL_START is reported.
     assert frames[4].data == {"message_id": mid, "call_id": "c2", "tool": "knowledge_search", "ok": False,
                               "duration_ms": 5.0, "error": "index unavailable", "result_preview": None}
-    assert [f.data for f in frames[5:8]] == [{"message_id": mid, "text": t} for t in ("17*23 ", "is ", "391.")]
-    assert frames[8].data == {"message_id": mid, "content": "17*23 is 391.", "status": "complete"}
-    assert frames[9].data["message_id"] == mid and frames[9].data["agent_session_id"] == AGENT_SESSION_ID
-    assert frames[9].data["usage"]["total_tokens"] == 15 and frames[9].data["usage"]["tool_calls"] == 2
+    assert all(d.data["message_id"] == mid for d in deltas)
+    assert "".join(d.data["text"] for d in deltas) == "17*23 is 391."
+    completed, complete = frames[-2], frames[-1]
+    assert completed.data == {"message_id": mid, "content": "17*23 is 391.", "status": "complete"}
+    assert complete.data["message_id"] == mid and complete.data["agent_session_id"] == AGENT_SESSION_ID
+    assert complete.data["usage"]["total_tokens"] == 15 and complete.data["usage"]["tool_calls"] == 2
 
     message = await bed.message()
     assert message.status == MessageStatus.COMPLETE.value and message.content == "17*23 is 391."
@@ -334,7 +339,9 @@ async def test_answer_chunks_cause_no_database_statement(database_url: str) -> N
                                {"answer": "".join(f"t{s} " for s in range(1, n_chunks + 1))})
 
             run = asyncio.create_task(bed.processor().process(bed.turn(), events()))
-            await bed.log.wait_for(lambda frames: len(frames) == 1 + n_chunks)
+            expected_text = "".join(f"t{s} " for s in range(1, n_chunks + 1))
+            await bed.log.wait_for(lambda frames: "".join(
+                f.data["text"] for f in frames if f.type == FrameType.MESSAGE_DELTA) == expected_text)
             during_chunks = list(statements.statements)
             gate.set()
             outcome = await run
@@ -505,7 +512,8 @@ async def test_the_bounded_queue_holds_the_reader_back(bed: Bed) -> None:
         for seq in range(1, n_chunks + 1):
             await asyncio.sleep(0)  # a network read
             produced += 1
-            max_lead = max(max_lead, produced - len(log.of(FrameType.MESSAGE_DELTA)))
+            published = sum(len(f.data["text"]) for f in log.of(FrameType.MESSAGE_DELTA))
+            max_lead = max(max_lead, produced - published)
             if produced == queue_size + 2:
                 reader_blocked.set()
             yield envelope(seq, EventType.ANSWER_CHUNK, {"text": "x"})
@@ -523,9 +531,10 @@ async def test_the_bounded_queue_holds_the_reader_back(bed: Bed) -> None:
     outcome = await asyncio.wait_for(run, 60)
 
     assert outcome.kind is TurnOutcomeKind.COMPLETE and outcome.content == "x" * n_chunks
-    assert len(log.of(FrameType.MESSAGE_DELTA)) == n_chunks
-    # The consumer was the slower side the whole time, and the reader never got further ahead.
-    assert max_lead == queue_size + 2
+    assert "".join(f.data["text"] for f in log.of(FrameType.MESSAGE_DELTA)) == "x" * n_chunks
+    # The consumer was the slower side the whole time, and the reader never got further ahead than
+    # the queue, the chunks being published (at most a queue's worth, coalesced) and one waiting.
+    assert queue_size + 2 <= max_lead <= 2 * queue_size + 2
 
 
 async def test_processing_many_runs_keeps_statement_count_independent_of_chunks(database_url: str) -> None:
