@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
@@ -96,8 +96,18 @@ class AgentTurn:
     # The background write that creates the assistant message (None: it exists already). Every
     # database write of the turn waits for it first.
     opened: asyncio.Task | None = None
+    # That write when it is not started yet: it starts once the first frame is out, because its
+    # transaction's CPU time on the loop would otherwise sit between the first agent event and
+    # its frame. Anything that needs the row (``ready``) starts it first.
+    opening: Callable[[], Coroutine[Any, Any, None]] | None = None
+
+    def start_opening(self) -> None:
+        if self.opening is not None:
+            opening, self.opening = self.opening, None
+            self.opened = asyncio.create_task(opening(), name=f"agent-turn-open:{self.message_id}")
 
     async def ready(self) -> None:
+        self.start_opening()
         if self.opened is not None:
             await asyncio.shield(self.opened)
 
@@ -149,6 +159,7 @@ class AgentEventProcessor:
                 if envelope.type is EventType.ANSWER_CHUNK:
                     batch, pending = _take_chunks(queue, item)
                     await self._chunks(state, batch)
+                    turn.start_opening()
                     done = time.perf_counter()
                     observe = self._processing_seconds(EventType.ANSWER_CHUNK).observe
                     for _, stamp in batch:
@@ -156,6 +167,7 @@ class AgentEventProcessor:
                     continue
                 state.received_at = received_at
                 outcome = await self._handle(state, envelope)
+                turn.start_opening()
                 self._processing_seconds(envelope.type).observe(time.perf_counter() - received_at)
                 if outcome is not None:
                     return outcome

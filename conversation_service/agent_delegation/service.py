@@ -197,8 +197,10 @@ class AgentDelegation:
         finally:
             await stream.aclose()
             session_id_var.reset(session_id_token)
-            if turn is not None and turn.opened is not None:
-                await _settle_opening(turn.opened)
+            if turn is not None:
+                turn.start_opening()  # a turn that failed before its first frame still records its start
+                if turn.opened is not None:
+                    await _settle_opening(turn.opened)
         self._count_retries(stream)
         await self._settle(conversation, user_message, turn, outcome, execute, stream.retries + 1, is_probe)
 
@@ -236,9 +238,10 @@ class AgentDelegation:
         history_stats: dict[str, Any],
     ) -> AgentTurn:
         metadata = {"route_reason": request.route_reason, "history": history_stats}
-        # The assistant message is announced at once and written in the background: the first
-        # answer chunk does not wait for this transaction. Nothing per event touches the database;
-        # the processor waits for ``opened`` before its first write (a tool's end, the final
+        # The assistant message is announced at once and written in the background, started once
+        # the first event's frame is out: the first answer chunk waits neither for this transaction
+        # nor for its CPU time on the loop. Nothing per event touches the database; the processor
+        # waits for the write (``AgentTurn.ready``) before its first write (a tool's end, the final
         # message), so the row always exists by then.
         message = Message(
             id=new_id(), conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content="",
@@ -247,14 +250,11 @@ class AgentDelegation:
             agent_metadata={"path": "agent", "in_reply_to": user_message.id, **metadata},
         )
         frame_data = MessageOut.model_validate(message).model_dump(mode="json")
-        opened = asyncio.create_task(
-            self._record_turn(row_id, known_agent_session_id, agent_session_id, message),
-            name=f"agent-turn-open:{message.id}",
-        )
         await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, frame_data)
         return AgentTurn(
             conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id,
-            message_id=message.id, in_reply_to=user_message.id, metadata=metadata, opened=opened,
+            message_id=message.id, in_reply_to=user_message.id, metadata=metadata,
+            opening=lambda: self._record_turn(row_id, known_agent_session_id, agent_session_id, message),
         )
 
     async def _record_turn(
