@@ -48,7 +48,7 @@ from shared.protocol import (
     UserContext,
     utcnow,
 )
-from shared.tokens import count_messages_tokens, count_tokens
+from shared.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, count_messages_tokens, count_tokens
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class ReActEngine:
         options = CompletionOptions(model=profile.model, max_tokens=profile.max_tokens, temperature=profile.temperature)
         while state.steps < profile.max_steps:
             state.steps += 1
-            if profile.max_context_tokens is not None:
+            if profile.max_context_tokens is not None and not _surely_within(state.transcript, profile.max_context_tokens):
                 prompt_tokens = await asyncio.to_thread(
                     count_messages_tokens, [(m.role, m.content) for m in state.transcript]
                 )
@@ -347,3 +347,16 @@ def close_pending_calls(state: RunState, reason: str) -> None:
             LLMMessage(role="tool", content=_dumps({"error": reason}), tool_call_id=call.id, name=call.name)
         )
     state.pending_calls = []
+
+
+def _surely_within(transcript: list[LLMMessage], limit: int) -> bool:
+    """True when the prompt cannot exceed ``limit`` tokens whatever its exact count: a byte-level
+    BPE token covers at least one byte, so the UTF-8 length bounds the token count. The exact count
+    (a thread hop and a tokenizer pass over the whole transcript, before every model call) is then
+    only needed for a transcript near or over the limit."""
+    bound = TOKENS_PER_REPLY
+    for message in transcript:
+        bound += TOKENS_PER_MESSAGE + len(message.role) + len(message.content.encode())
+        if bound > limit:
+            return False
+    return True

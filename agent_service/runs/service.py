@@ -315,10 +315,6 @@ class RunService:
     async def execute(self, request: ExecuteRequest, idempotency_key: str | None) -> RunHandle:
         self._validate(request, idempotency_key)
         profile = self._profiles.get(request.profile_name)  # 404 before anything is written
-        if idempotency_key is not None:
-            joined = await self._join(request, idempotency_key)
-            if joined is not None:
-                return joined
         session_id = request.session_id or uuid.uuid4().hex
         lock = self._locks.get(session_id)
         if lock is None:
@@ -334,7 +330,12 @@ class RunService:
 
     async def _join(self, request: ExecuteRequest, key: str) -> RunHandle | None:
         async with self._sessionmaker() as db:
-            run = await RunRepository(db).get_by_idempotency_key(key)
+            return await self._joined(db, request, key)
+
+    @staticmethod
+    async def _joined(db: AsyncSession, request: ExecuteRequest, key: str) -> RunHandle | None:
+        """The run that ``key`` already started, as a handle to follow (None: no such run)."""
+        run = await RunRepository(db).get_by_idempotency_key(key)
         if run is None:
             return None
         if request.session_id is not None and request.session_id != run.session_id:
@@ -350,6 +351,14 @@ class RunService:
         expired_question = False
         try:
             async with self._sessionmaker.begin() as db:
+                if key is not None:
+                    # A retry joins the run its key started. Read in the claim's transaction, not
+                    # in one of its own before it: one connection and one transaction per execute
+                    # on the way to the model call. A concurrent first try is caught by the key's
+                    # unique index below.
+                    joined = await self._joined(db, request, key)
+                    if joined is not None:
+                        return joined
                 sessions = SessionRepository(db)
                 session = await sessions.get_for_update(session_id) if request.session_id else None
                 if request.session_id is not None and session is None:

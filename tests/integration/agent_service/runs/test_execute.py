@@ -55,7 +55,9 @@ async def test_drop_and_resume_with_last_event_id(agent_factory) -> None:
     provider = BuiltinProvider(first_token_delay=0, chunk_delay=0.01)
     async with agent_factory(provider=provider) as agent:
         first = await agent.execute("search the docs for group commit", stop_after=3)
-        assert len(first.events) == 3
+        # Dropped once 3 events are in; events queued together come in one write, so a read may
+        # hold a few more (the run's first events are all queued before its stream's first write).
+        assert len(first.events) >= 3 and first.last.type.value != "COMPLETE"
         session_id = first.events[0].session_id
         resumed = await agent.replay(session_id, first.events[-1].seq)
         assert resumed.status == 200
