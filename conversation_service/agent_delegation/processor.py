@@ -144,11 +144,18 @@ class AgentEventProcessor:
 
     async def process(self, turn: AgentTurn, events: AsyncIterator[EventEnvelope]) -> TurnOutcome:
         queue: asyncio.Queue = asyncio.Queue(maxsize=self._queue_size)
-        reader = asyncio.create_task(self._read(events, queue), name=f"agent-sse:{turn.agent_session_id}")
+        # The first event is taken here and the reader starts only once it is handled: the stream
+        # has it in memory already, while the events behind it usually arrived in the same network
+        # read, and the reader would parse and validate that whole burst before the first frame
+        # reached the WebSocket.
+        await self._read_first(events, queue)
+        reader: asyncio.Task | None = None
         state = _TurnState(turn)
         try:
             pending = None
             while True:
+                if reader is None and queue.empty() and pending is None:
+                    reader = asyncio.create_task(self._read(events, queue), name=f"agent-sse:{turn.agent_session_id}")
                 item = pending if pending is not None else await queue.get()
                 pending = None
                 if item is _END:
@@ -174,8 +181,9 @@ class AgentEventProcessor:
             # The stream ended without a terminal event: the client gave up reconnecting.
             return await self._interrupted(state, None)
         finally:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+            if reader is not None:
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
 
     def _processing_seconds(self, type_: EventType) -> Any:
         # labels() validates and locks on every call; this runs once per agent event.
@@ -183,6 +191,20 @@ class AgentEventProcessor:
         if child is None:
             child = self._processing[type_] = self._metrics.agent_event_processing_seconds.labels(type=type_.value)
         return child
+
+    @staticmethod
+    async def _read_first(events: AsyncIterator[EventEnvelope], queue: asyncio.Queue) -> None:
+        """The first event (or the end, or the failure) into the empty queue, as ``_read`` would."""
+        try:
+            envelope = await anext(events)
+        except StopAsyncIteration:
+            queue.put_nowait(_END)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - handed to the processor, which tells the user
+            queue.put_nowait(exc)
+        else:
+            queue.put_nowait((envelope, time.perf_counter()))
 
     @staticmethod
     async def _read(events: AsyncIterator[EventEnvelope], queue: asyncio.Queue) -> None:

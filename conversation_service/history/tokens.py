@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shared.protocol import Role
-from shared.tokens import count_message_tokens
+from shared.tokens import count_message_tokens, get_encoding
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,9 @@ class TokenCounter:
         self._cache_size = cache_size
         self._offload_chars = offload_chars
         self._cache: OrderedDict[tuple[str, str, int, int], int] = OrderedDict()
+        # The vocabulary is loaded now (tens of ms), with the service, not inside the first turn
+        # that has a history to count.
+        get_encoding(encoding)
 
     def count_text(self, role: Role, content: str) -> int:
         return count_message_tokens(role.value, content, self.encoding)

@@ -479,15 +479,19 @@ async def test_a_stream_ending_without_a_terminal_event_is_an_interruption(bed: 
 
 class SlowHub(InProcessHub):
     """A hub whose fan-out is slow (a remote hub under load): each publish takes several loop
-    turns, and the first one waits until the test opens the gate."""
+    turns, and every one after the first ``free`` waits until the test opens the gate."""
 
-    def __init__(self, gate: asyncio.Event, turns_per_publish: int) -> None:
+    def __init__(self, gate: asyncio.Event, turns_per_publish: int, free: int = 0) -> None:
         super().__init__()
         self.gate = gate
         self.turns = turns_per_publish
+        self.free = free
 
     async def publish(self, frame: Frame) -> None:
-        await self.gate.wait()
+        if self.free > 0:
+            self.free -= 1
+        else:
+            await self.gate.wait()
         for _ in range(self.turns):
             await asyncio.sleep(0)
         await super().publish(frame)
@@ -497,7 +501,9 @@ async def test_the_bounded_queue_holds_the_reader_back(bed: Bed) -> None:
     queue_size = 8
     n_chunks = 400
     gate = asyncio.Event()
-    hub = SlowHub(gate, turns_per_publish=5)
+    # The first event is handled before the reader starts (its frame goes out before the burst
+    # behind it is parsed): its publish passes, the ones after it wait for the gate.
+    hub = SlowHub(gate, turns_per_publish=5, free=1)
     log = FrameLog()
     hub.subscribe(bed.conversation_id, log)
     publisher = FramePublisher(bed.publisher.seq, bed.writer, hub, bed.metrics)
@@ -514,7 +520,7 @@ async def test_the_bounded_queue_holds_the_reader_back(bed: Bed) -> None:
             produced += 1
             published = sum(len(f.data["text"]) for f in log.of(FrameType.MESSAGE_DELTA))
             max_lead = max(max_lead, produced - published)
-            if produced == queue_size + 2:
+            if produced == queue_size + 3:
                 reader_blocked.set()
             yield envelope(seq, EventType.ANSWER_CHUNK, {"text": "x"})
         yield envelope(n_chunks + 1, EventType.COMPLETE, {"answer": "x" * n_chunks})
@@ -525,8 +531,9 @@ async def test_the_bounded_queue_holds_the_reader_back(bed: Bed) -> None:
     # one event per loop turn.
     for _ in range(200):
         await asyncio.sleep(0)
-    # One event in the processor's hands, queue_size queued, one waiting for a free slot.
-    assert produced == queue_size + 2
+    # The first event published, one in the processor's hands, queue_size queued, one waiting for
+    # a free slot.
+    assert produced == queue_size + 3
     gate.set()
     outcome = await asyncio.wait_for(run, 60)
 
