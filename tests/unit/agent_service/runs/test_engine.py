@@ -17,6 +17,7 @@ from agent_service.runs.engine import (
     Resume,
     RunContext,
     RunState,
+    _surely_within,
     close_pending_calls,
 )
 from agent_service.tools.base import Tool, ToolContext, ToolError
@@ -33,6 +34,7 @@ from shared.llm.base import (
     ToolSpec,
 )
 from shared.protocol import AskUserKind, ErrorCode, EventType, UserContext
+from shared.tokens import count_messages_tokens
 
 
 class ScriptedProvider:
@@ -173,6 +175,34 @@ async def test_token_limit() -> None:
         _ctx(_profile(max_context_tokens=5)), _state(), Recorder()
     )
     assert isinstance(outcome, Failed) and outcome.code is ErrorCode.TOKEN_LIMIT_EXCEEDED
+
+
+async def test_token_limit_counts_exactly_when_the_byte_bound_is_over_it() -> None:
+    # 400 bytes of user text are ~50 tokens: over the limit by the byte bound, within it exactly.
+    state = RunState(transcript=[LLMMessage(role="system", content="sys"), LLMMessage(role="user", content="a" * 400)])
+    exact = count_messages_tokens([(m.role, m.content) for m in state.transcript])
+    assert not _surely_within(state.transcript, 100) and exact <= 100
+    provider = ScriptedProvider([[TextDelta("ok"), LLMDone(10, 1)]])
+    outcome = await _engine(provider).run(_ctx(_profile(max_context_tokens=100)), state, Recorder())
+    assert isinstance(outcome, Completed) and outcome.answer == "ok"
+    over = await _engine(ScriptedProvider([])).run(
+        _ctx(_profile(max_context_tokens=exact - 1)), RunState(transcript=list(state.transcript)), Recorder()
+    )
+    assert isinstance(over, Failed) and over.code is ErrorCode.TOKEN_LIMIT_EXCEEDED
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["hello", "ünïcödé 漢字 😀😀 👩‍👩‍👧", " " * 300, "a" * 1000, "\x00\x01 zz\n\t", "the quick brown fox " * 50,
+     "".join(chr(c) for c in range(0x20, 0x2FF))],
+)
+def test_the_byte_bound_is_never_under_the_exact_count(text: str) -> None:
+    transcript = [LLMMessage(role="system", content="sys"), LLMMessage(role="user", content=text),
+                  LLMMessage(role="assistant", content=text[::-1])]
+    exact = count_messages_tokens([(m.role, m.content) for m in transcript])
+    for limit in range(exact - 1, exact + 2000, 7):
+        if _surely_within(transcript, limit):
+            assert exact <= limit
 
 
 async def test_ask_user_pauses_and_resumes_from_json_state() -> None:
