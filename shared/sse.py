@@ -89,29 +89,29 @@ class SSEDecoder:
                 self._pending_bytes = raw[exc.start :]
         else:
             text = chunk
-        self._buffer += text
+        buffer = self._buffer + text if self._buffer else text
         events: list[ServerSentEvent] = []
-        while True:
-            line, sep, rest = self._split_line(self._buffer)
-            if not sep:
+        # Walk the buffer with an offset and str.find (C speed) instead of re-slicing the rest of
+        # the buffer after every line: a burst of hundreds of events in one read stays linear.
+        pos, end = 0, len(buffer)
+        while pos < end:
+            newline = buffer.find("\n", pos)
+            carriage = buffer.find("\r", pos, newline if newline >= 0 else end)
+            if carriage >= 0:
+                if carriage + 1 == end:
+                    break  # may be the first half of \r\n: wait for the next chunk
+                line = buffer[pos:carriage]
+                pos = carriage + 2 if buffer[carriage + 1] == "\n" else carriage + 1
+            elif newline >= 0:
+                line = buffer[pos:newline]
+                pos = newline + 1
+            else:
                 break
-            self._buffer = rest
             event = self._process_line(line)
             if event is not None:
                 events.append(event)
+        self._buffer = buffer[pos:]
         return events
-
-    @staticmethod
-    def _split_line(buffer: str) -> tuple[str, str, str]:
-        for index, char in enumerate(buffer):
-            if char == "\n":
-                return buffer[:index], "\n", buffer[index + 1 :]
-            if char == "\r":
-                if index + 1 == len(buffer):
-                    return buffer, "", ""  # wait: may be the first half of \r\n
-                end = index + 2 if buffer[index + 1] == "\n" else index + 1
-                return buffer[:index], "\r", buffer[end:]
-        return buffer, "", ""
 
     def _process_line(self, line: str) -> ServerSentEvent | None:
         if line == "":

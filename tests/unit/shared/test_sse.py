@@ -92,3 +92,16 @@ def test_invalid_payload_is_rejected() -> None:
     [event] = SSEDecoder().feed(encode_envelope(env))
     with pytest.raises(ValueError):
         decode_envelope(event)
+
+
+def test_a_burst_fed_at_every_split_point_decodes_the_same():
+    """One network read may hold many events, cut anywhere (inside CRLF too)."""
+    from shared.sse import SSEDecoder
+
+    wire = b"id: 1\r\nevent: A\r\ndata: x\r\n\r\nid: 2\ndata: y\ndata: z\n\n: hb\n\nid: 3\rdata: w\r\r"
+    expected = [(e.id, e.event, e.data) for e in SSEDecoder().feed(wire)]
+    assert expected == [("1", "A", "x"), ("2", "message", "y\nz"), ("3", "message", "w")]
+    for cut in range(1, len(wire)):
+        decoder = SSEDecoder()
+        events = decoder.feed(wire[:cut]) + decoder.feed(wire[cut:])
+        assert [(e.id, e.event, e.data) for e in events] == expected, cut
