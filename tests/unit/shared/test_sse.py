@@ -98,7 +98,8 @@ def test_a_burst_fed_at_every_split_point_decodes_the_same():
     """One network read may hold many events, cut anywhere (inside CRLF too)."""
     from shared.sse import SSEDecoder
 
-    wire = b"id: 1\r\nevent: A\r\ndata: x\r\n\r\nid: 2\ndata: y\ndata: z\n\n: hb\n\nid: 3\rdata: w\r\r"
+    # A lone CR at the very end could be half of a CRLF, so the wire ends with a comment line.
+    wire = b"id: 1\r\nevent: A\r\ndata: x\r\n\r\nid: 2\ndata: y\ndata: z\n\n: hb\n\nid: 3\rdata: w\r\r: end\n"
     expected = [(e.id, e.event, e.data) for e in SSEDecoder().feed(wire)]
     assert expected == [("1", "A", "x"), ("2", "message", "y\nz"), ("3", "message", "w")]
     for cut in range(1, len(wire)):
