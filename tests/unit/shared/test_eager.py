@@ -1,0 +1,185 @@
+"""``start_eagerly`` runs a coroutine in the caller's step until it waits; ``Handoff`` consumes
+inline while idle, queues (bounded, in order) while its consumer is suspended."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import pytest
+
+from shared.eager import Handoff, start_eagerly
+
+_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("_VAR", default="caller")
+
+
+async def test_a_coroutine_that_never_waits_finishes_inside_the_call() -> None:
+    ran: list[str] = []
+
+    async def work() -> None:
+        ran.append("done")
+
+    assert start_eagerly(work()) is None
+    assert ran == ["done"]
+
+
+async def test_an_exception_before_the_first_wait_is_raised_to_the_caller() -> None:
+    async def work() -> None:
+        raise ValueError("bad")
+
+    with pytest.raises(ValueError, match="bad"):
+        start_eagerly(work())
+
+
+async def test_a_coroutine_that_waits_goes_on_in_a_task_with_the_awaited_result() -> None:
+    gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    steps: list[object] = []
+
+    async def work() -> int:
+        steps.append("before")
+        value = await gate
+        steps.append(value)
+        await asyncio.sleep(0)  # a bare yield on the way
+        steps.append("after")
+        return value * 2
+
+    task = start_eagerly(work())
+    assert steps == ["before"] and task is not None and not task.done()
+    gate.set_result(21)
+    assert await task == 42
+    assert steps == ["before", 21, "after"]
+
+
+async def test_an_exception_after_a_wait_reaches_the_coroutine_and_the_task() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    seen: list[str] = []
+
+    async def work() -> None:
+        try:
+            await gate
+        except KeyError:
+            seen.append("caught")
+            raise
+
+    task = start_eagerly(work())
+    gate.set_exception(KeyError("k"))
+    with pytest.raises(KeyError):
+        await task
+    assert seen == ["caught"]
+
+
+async def test_cancelling_the_task_cancels_what_the_coroutine_waits_on() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    seen: list[str] = []
+
+    async def work() -> None:
+        try:
+            await gate
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    task = start_eagerly(work())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gate.cancelled() and seen == ["cancelled"]
+
+
+async def test_context_changes_stay_in_the_coroutine() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    seen: list[str] = []
+
+    async def work() -> None:
+        _VAR.set("coroutine")
+        await gate
+        seen.append(_VAR.get())
+
+    task = start_eagerly(work())
+    assert _VAR.get() == "caller"
+    gate.set_result(None)
+    await task
+    assert seen == ["coroutine"]
+
+
+class _Consumer:
+    """Records batches; blocks on ``gate`` while it is set to a pending future."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.gate: asyncio.Future[None] | None = None
+        self.fail_on: int | None = None
+
+    async def __call__(self, batch: list[int]) -> None:
+        if self.fail_on is not None and self.fail_on in batch:
+            raise RuntimeError("consumer failed")
+        self.batches.append(list(batch))
+        if self.gate is not None:
+            await self.gate
+
+
+async def test_an_idle_consumer_takes_each_item_in_the_producers_step() -> None:
+    consumer = _Consumer()
+    handoff: Handoff[int] = Handoff(consumer, maxsize=4)
+    for item in range(3):
+        assert handoff.offer(item)
+        assert consumer.batches[-1] == [item]  # already consumed: no loop pass in between
+    assert not handoff.busy
+
+
+async def test_items_offered_while_the_consumer_waits_come_next_as_one_batch_in_order() -> None:
+    consumer = _Consumer()
+    handoff: Handoff[int] = Handoff(consumer, maxsize=4)
+    consumer.gate = asyncio.get_running_loop().create_future()
+    handoff.offer(1)
+    assert handoff.busy
+    for item in (2, 3, 4):
+        assert handoff.offer(item)
+    gate, consumer.gate = consumer.gate, None
+    gate.set_result(None)
+    await handoff.wait_idle()
+    assert consumer.batches == [[1], [2, 3, 4]]
+
+
+async def test_a_stuck_consumer_never_blocks_offer_which_refuses_past_maxsize() -> None:
+    consumer = _Consumer()
+    handoff: Handoff[int] = Handoff(consumer, maxsize=2)
+    consumer.gate = asyncio.get_running_loop().create_future()
+    assert handoff.offer(1)
+    assert handoff.offer(2) and handoff.offer(3)
+    assert not handoff.offer(4)
+    handoff.close()
+    assert not handoff.offer(5)
+    await handoff.wait_idle()
+    assert consumer.batches == [[1]]
+
+
+async def test_put_waits_for_room_and_keeps_the_order() -> None:
+    consumer = _Consumer()
+    handoff: Handoff[int] = Handoff(consumer, maxsize=1)
+    consumer.gate = asyncio.get_running_loop().create_future()
+    await handoff.put(1)
+    await handoff.put(2)
+    producer = asyncio.create_task(handoff.put(3))
+    await asyncio.sleep(0)
+    assert not producer.done()  # full: the producer waits
+    gate, consumer.gate = consumer.gate, None
+    gate.set_result(None)
+    await producer
+    await handoff.wait_idle()
+    assert [item for batch in consumer.batches for item in batch] == [1, 2, 3]
+
+
+async def test_a_consumer_error_ends_the_handoff_and_is_reported() -> None:
+    consumer = _Consumer()
+    errors: list[BaseException] = []
+    handoff: Handoff[int] = Handoff(consumer, maxsize=4, on_error=errors.append)
+    consumer.fail_on = 2
+    assert handoff.offer(1)
+    assert handoff.offer(2)
+    assert isinstance(handoff.error, RuntimeError) and errors == [handoff.error]
+    assert not handoff.offer(3)
+    with pytest.raises(RuntimeError, match="consumer failed"):
+        await handoff.put(4)
+    assert consumer.batches == [[1]]
