@@ -100,8 +100,9 @@ class Handoff(Generic[T]):
         self._items: deque[T] = deque()
         self._running = False
         self._task: asyncio.Task[Any] | None = None
-        self._idle = asyncio.Event()
-        self._idle.set()
+        # Set while no consume call is under way.
+        self.idle = asyncio.Event()
+        self.idle.set()
         self._room: asyncio.Event | None = None
         self.error: BaseException | None = None
         self.closed = False
@@ -145,7 +146,7 @@ class Handoff(Generic[T]):
     async def wait_idle(self) -> None:
         """Return once every item offered so far is consumed (or the hand-off ended)."""
         while self._running and not self.closed and self.error is None:
-            await self._idle.wait()
+            await self.idle.wait()
 
     def close(self) -> None:
         """Refuse further items and stop a consume call under way; queued items are dropped."""
@@ -159,16 +160,16 @@ class Handoff(Generic[T]):
         if self._room is not None:
             self._room.set()
         if not self._running:
-            self._idle.set()
+            self.idle.set()
 
     def _start(self, batch: list[T]) -> None:
         self._running = True
-        self._idle.clear()
+        self.idle.clear()
         try:
             task = start_eagerly(self._drain(batch), name=self._name)
         except BaseException:  # _drain handles its own errors; anything here is a bug upstream
             self._running = False
-            self._idle.set()
+            self.idle.set()
             raise
         if task is not None and self._running:
             self._task = task

@@ -235,11 +235,9 @@ class ReActEngine:
                     end_reasoning()
                     text.append(event.text)
                     answer.append(event.text)
+                    # A reader that keeps up has the chunk on its socket when emit returns (see
+                    # EventLog), so a burst of deltas from one network read is handled in one go.
                     emit(EventType.ANSWER_CHUNK, AnswerChunkData(text=event.text))
-                    # Deltas read in one network chunk come out of the provider without an await;
-                    # yielding here lets the streams write this one before the next is handled,
-                    # instead of holding the first delta of a burst until the last is encoded.
-                    await asyncio.sleep(0)
                 elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                 elif isinstance(event, ToolCall):

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from agent_service.metrics import AgentMetrics
 from agent_service.runs.repository import EventRepository, RunRepository
 from agent_service.sessions.repository import SessionRepository
+from shared.eager import Handoff
 from shared.protocol import EventEnvelope, EventType, utcnow
 from shared.sse import encode_envelope
 
@@ -60,50 +61,56 @@ class LiveEvent:
 
 class LiveSubscription:
     """One reader of a session's live events, bounded: a reader that falls ``maxsize`` events
-    behind is cut off (``overflowed``) and resumes from the log with ``Last-Event-ID``."""
+    behind is cut off (``overflowed``) and resumes from the log with ``Last-Event-ID``.
+
+    Until ``attach``, events wait here (the reader is still replaying the log). After it, each
+    event goes straight to the reader's ``Handoff``, so a reader that is keeping up has the event
+    written to its socket inside ``EventLog.emit``: no wait for a writer task to be scheduled
+    behind every other run on the loop.
+    """
 
     def __init__(self, maxsize: int) -> None:
         self._items: deque[LiveEvent] = deque()
-        self._maxsize = maxsize
-        self._wake = asyncio.Event()
+        self.maxsize = maxsize
+        self._sink: Handoff[LiveEvent] | None = None
+        # Set once the subscription overflows or closes: the reader stops waiting for events.
+        self.changed = asyncio.Event()
         self.overflowed = False
         self.closed = False
 
     def push(self, item: LiveEvent) -> bool:
         if self.overflowed or self.closed:
             return False
-        if len(self._items) >= self._maxsize:
-            self.overflowed = True
-            self._items.clear()
-            self._wake.set()
-            return False
-        self._items.append(item)
-        self._wake.set()
-        return True
+        if self._sink is not None:
+            if self._sink.offer(item):
+                return True
+        elif len(self._items) < self.maxsize:
+            self._items.append(item)
+            return True
+        self._overflow()
+        return False
+
+    def attach(self, sink: Handoff[LiveEvent]) -> None:
+        """Hand every buffered event, then each new one, to ``sink`` (which refuses what it cannot
+        take: its reader is stuck, or its connection failed; both cut the reader off)."""
+        self._sink = sink
+        items, self._items = self._items, deque()
+        for item in items:
+            if not sink.offer(item):
+                self._overflow()
+                return
+
+    def _overflow(self) -> None:
+        self.overflowed = True
+        self._items.clear()
+        self.changed.set()
 
     def close(self) -> None:
         self.closed = True
-        self._wake.set()
-
-    async def get(self, timeout: float) -> LiveEvent | None:
-        """The next event; None on timeout or when the subscription ended (check ``ended``)."""
-        while True:
-            if self.overflowed:
-                return None
-            if self._items:
-                return self._items.popleft()
-            if self.closed:
-                return None
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                return None
+        self.changed.set()
 
     def take_all(self) -> list[LiveEvent]:
-        """The events queued now, without waiting (none once overflowed)."""
-        if self.overflowed:
-            return []
+        """The events buffered now (none once overflowed)."""
         items = list(self._items)
         self._items.clear()
         return items

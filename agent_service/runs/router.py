@@ -3,16 +3,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header
-from fastapi.responses import StreamingResponse
 
 from agent_service.auth import ApiKey
 from agent_service.deps import RunServiceDep, StreamerDep
+from agent_service.runs.streaming import EventStreamResponse
 from shared.protocol import ErrorBody, ExecuteRequest
 from shared.sse import SSE_MEDIA_TYPE
 
 router = APIRouter(prefix="/api/v1/agent", tags=["runs"])
-
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 _ERRORS = {
     401: {"model": ErrorBody, "description": "missing or invalid X-API-Key"},
@@ -26,7 +24,7 @@ _ERRORS = {
 
 @router.post(
     "/execute",
-    response_class=StreamingResponse,
+    response_class=EventStreamResponse,
     responses={200: {"content": {SSE_MEDIA_TYPE: {}}, "description": "the run's events as SSE"}, **_ERRORS},
 )
 async def execute(
@@ -35,15 +33,17 @@ async def execute(
     service: RunServiceDep,
     streamer: StreamerDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=128)] = None,
-) -> StreamingResponse:
+) -> EventStreamResponse:
     """Start a run (or resume a paused one with ``answer``) and stream its events.
 
     The run does not depend on this connection: a client that drops reconnects to
     ``/sessions/{id}/events`` with ``Last-Event-ID``, or retries with the same ``Idempotency-Key``.
     """
     handle = await service.execute(body, idempotency_key)
-    return StreamingResponse(
-        streamer.stream(handle.session_id, handle.first_seq - 1, until_run=handle.run_id, live=handle.live),
-        media_type=SSE_MEDIA_TYPE,
-        headers={**SSE_HEADERS, "X-Session-ID": handle.session_id, "X-Run-ID": handle.run_id},
+    return EventStreamResponse(
+        lambda write, disconnected: streamer.serve(
+            write, handle.session_id, handle.first_seq - 1, until_run=handle.run_id, live=handle.live,
+            disconnected=disconnected,
+        ),
+        headers={"X-Session-ID": handle.session_id, "X-Run-ID": handle.run_id},
     )

@@ -9,19 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from agent_service.metrics import AgentMetrics
 from agent_service.runs.event_log import EventLog, LiveEvent, LiveSubscription
 from agent_service.runs.repository import EventRepository
 from agent_service.sessions.repository import SessionRepository
+from shared.eager import Handoff
 from shared.protocol import EventEnvelope, SessionStatus
-from shared.sse import encode_comment, encode_envelope, encode_retry
+from shared.sse import SSE_MEDIA_TYPE, encode_comment, encode_envelope, encode_retry
 
 _PAGE = 500
+HEARTBEAT = encode_comment("heartbeat")
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+# Writes SSE bytes to the client; returns once the server has taken them.
+Write = Callable[[bytes], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +50,8 @@ class EventStreamer:
         self._metrics = metrics
 
     def _observe(self, item: LiveEvent) -> None:
-        # Called right after ``yield``: the response resumes this generator only once the server
-        # has taken the bytes, so this is the delta-to-socket time of the event.
+        # Called once ``write`` returned, i.e. the server has taken the bytes: this is the
+        # delta-to-socket time of the event.
         if self._metrics is not None and item.created is not None:
             self._metrics.event_overhead.observe(time.perf_counter() - item.created)
 
@@ -56,15 +64,17 @@ class EventStreamer:
             session = await SessionRepository(db).get(session_id)
             return (session.status, session.current_run_id) if session else (None, None)
 
-    async def stream(
-        self, session_id: str, after: int, until_run: str | None = None, live: LiveSubscription | None = None,
-    ) -> AsyncIterator[bytes]:
-        """SSE bytes of every event of ``session_id`` after ``after``.
+    async def serve(
+        self, write: Write, session_id: str, after: int, until_run: str | None = None,
+        live: LiveSubscription | None = None, disconnected: asyncio.Event | None = None,
+    ) -> None:
+        """Write the SSE bytes of every event of ``session_id`` after ``after`` with ``write``.
 
         Ends after the terminal event of ``until_run`` (execute: the run started or joined), or
-        else of the run live at subscription time; with no live run, once the log is read.
-        ``live`` is a subscription taken before the run emitted anything (``RunHandle.live``),
-        with ``after`` just before the run's first seq: it holds every event to send.
+        else of the run live at subscription time; with no live run, once the log is read; and
+        as soon as ``disconnected`` is set. ``live`` is a subscription taken before the run
+        emitted anything (``RunHandle.live``), with ``after`` just before the run's first seq: it
+        holds every event to send.
         """
         settings = self._settings
         if live is not None and live.overflowed:
@@ -80,7 +90,7 @@ class EventStreamer:
         stop_run = until_run or live_run
         last = after
         try:
-            yield encode_retry(settings.retry_ms)
+            await write(encode_retry(settings.retry_ms))
             # 1. Replay: the log, merged with the live run's not-yet-written events.
             pending = {item.envelope.seq: item for item in snapshot if item.envelope.seq > last}
             if live is None:
@@ -96,7 +106,7 @@ class EventStreamer:
                     pending.pop(env.seq, None)
                     if env.seq <= last:
                         continue
-                    yield encode_envelope(env)
+                    await write(encode_envelope(env))
                     last = env.seq
                     if env.is_terminal and env.run_id == stop_run:
                         return
@@ -106,50 +116,72 @@ class EventStreamer:
                 if seq <= last:
                     continue
                 item = pending[seq]
-                yield item.sse
+                await write(item.sse)
                 self._observe(item)
                 last = seq
                 if item.envelope.is_terminal and item.envelope.run_id == stop_run:
                     return
 
-            # 2. Live tail from this process's run.
+            # 2. Live tail from this process's run. Whether it ended with the run, by an overflow
+            # (the client resumes with Last-Event-ID) or by a disconnect, nothing follows it.
             if sub is not None:
-                while True:
-                    item = await sub.get(settings.heartbeat_seconds)
-                    if item is None:
-                        if sub.ended:
-                            # Overflowed (the client resumes with Last-Event-ID), or the run ended
-                            # and its terminal event was already sent from the replay.
-                            return
-                        yield encode_comment("heartbeat")
-                        continue
-                    # Everything already queued goes out in one write: one pass through the
-                    # ASGI stack for a burst instead of one per event.
-                    batch: list[LiveEvent] = []
-                    for queued in (item, *sub.take_all()):
-                        if queued.envelope.seq > last:
-                            batch.append(queued)
-                    if not batch:
-                        continue
-                    yield b"".join(queued.sse for queued in batch) if len(batch) > 1 else batch[0].sse
-                    for queued in batch:
-                        self._observe(queued)
-                    last = batch[-1].envelope.seq
-                    # A terminal event is the channel's last: it can only end a batch.
-                    if batch[-1].envelope.is_terminal and batch[-1].envelope.run_id == stop_run:
-                        return
+                await self._tail(write, sub, last, stop_run, disconnected)
+                return
 
             # 3. No run here: if another process runs the session, follow its log.
-            async for chunk in self._follow(session_id, last, stop_run):
-                yield chunk
+            await self._follow(write, session_id, last, stop_run, disconnected)
         finally:
             if sub is not None:
                 self._log.unsubscribe(session_id, sub)
 
-    async def _follow(self, session_id: str, last: int, stop_run: str | None) -> AsyncIterator[bytes]:
+    async def _tail(
+        self, write: Write, sub: LiveSubscription, last: int, stop_run: str | None,
+        disconnected: asyncio.Event | None,
+    ) -> None:
+        """Follow ``sub`` until the run's terminal event is written, the subscription ends, or
+        the client goes away. The writes happen in ``consume``, called by the run as it emits
+        (see ``LiveSubscription.attach``), not in this coroutine."""
+        finished = asyncio.Event()
+        sent = last
+
+        async def consume(batch: list[LiveEvent | bytes]) -> None:
+            nonlocal sent
+            items = [item for item in batch if isinstance(item, bytes) or item.envelope.seq > sent]
+            if not items:
+                return
+            # Everything queued while the previous write waited goes out in one write.
+            await write(b"".join(item if isinstance(item, bytes) else item.sse for item in items))
+            for item in items:
+                if isinstance(item, LiveEvent):
+                    self._observe(item)
+                    sent = item.envelope.seq
+                    # A terminal event is the channel's last.
+                    if item.envelope.is_terminal and item.envelope.run_id == stop_run:
+                        finished.set()
+
+        handoff: Handoff[LiveEvent | bytes] = Handoff(
+            consume, maxsize=sub.maxsize, name="agent-sse-tail", on_error=lambda _exc: finished.set()
+        )
+        watched = [finished, sub.changed] + ([disconnected] if disconnected is not None else [])
+        try:
+            sub.attach(handoff)
+            while not any(event.is_set() for event in watched):
+                if not await _wait_any(watched, self._settings.heartbeat_seconds) and not handoff.busy:
+                    handoff.offer(HEARTBEAT)
+            if sub.closed and not sub.overflowed and not finished.is_set():
+                # The run ended: what it published last may still be on its way to a slow client.
+                gone = [disconnected] if disconnected is not None else []
+                while handoff.busy and not any(event.is_set() for event in gone):
+                    await _wait_any([handoff.idle, *gone], None)
+        finally:
+            handoff.close()
+
+    async def _follow(
+        self, write: Write, session_id: str, last: int, stop_run: str | None, disconnected: asyncio.Event | None,
+    ) -> None:
         settings = self._settings
         last_beat = time.monotonic()
-        while True:
+        while disconnected is None or not disconnected.is_set():
             # Status first, events second: once the status is no longer ACTIVE, the read that
             # follows holds every event the run wrote.
             status, current_run = await self._session_state(session_id)
@@ -157,7 +189,7 @@ class EventStreamer:
             while True:
                 page = await self._read(session_id, last)
                 for env in page:
-                    yield encode_envelope(env)
+                    await write(encode_envelope(env))
                     last = env.seq
                     if env.is_terminal and env.run_id == target:
                         return
@@ -166,7 +198,64 @@ class EventStreamer:
             if status != SessionStatus.ACTIVE.value:
                 return
             if time.monotonic() - last_beat >= settings.heartbeat_seconds:
-                yield encode_comment("heartbeat")
+                await write(HEARTBEAT)
                 last_beat = time.monotonic()
             # Polling is the cross-process fallback only; a run of this process is pushed live.
-            await asyncio.sleep(settings.poll_seconds)
+            await _wait_any([disconnected] if disconnected is not None else [], settings.poll_seconds)
+
+
+async def _wait_any(events: list[asyncio.Event], timeout: float | None) -> bool:
+    """Wait until one of ``events`` is set (True) or ``timeout`` passes (False)."""
+    if any(event.is_set() for event in events):
+        return True
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        if not waiters:
+            await asyncio.sleep(timeout or 0)
+            return False
+        done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        return bool(done)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+class EventStreamResponse(Response):
+    """The SSE response of execute and of the events endpoint.
+
+    A plain ASGI response rather than a ``StreamingResponse`` over a generator: a generator is
+    driven by the response's own task, so every live event would wait for that task to be
+    scheduled. Here ``EventStreamer.serve`` gets the send function itself, and a live event is
+    written by the run that emits it. The response also listens for the client's disconnect, so a
+    reader that went away stops being fed at once.
+    """
+
+    media_type = SSE_MEDIA_TYPE
+
+    def __init__(self, serve: Callable[[Write, asyncio.Event], Awaitable[None]], headers: dict[str, str]) -> None:
+        # As StreamingResponse does: no body, so no Content-Length (chunked transfer).
+        self.status_code = 200
+        self.background = None
+        self.init_headers({**SSE_HEADERS, **headers})
+        self._serve = serve
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        disconnected = asyncio.Event()
+
+        async def listen() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnected.set()
+
+        async def write(data: bytes) -> None:
+            if not disconnected.is_set():
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        listener = asyncio.create_task(listen(), name="agent-sse-disconnect")
+        try:
+            await self._serve(write, disconnected)
+        finally:
+            listener.cancel()
+        if not disconnected.is_set():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -3,12 +3,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
-from fastapi.responses import StreamingResponse
 
 from agent_service.auth import ApiKey
 from agent_service.deps import SessionServiceDep, StreamerDep
 from agent_service.errors import InvalidRequest
-from agent_service.runs.router import SSE_HEADERS
+from agent_service.runs.streaming import EventStreamResponse
 from shared.logging import session_id_var
 from shared.protocol import MAX_ID_CHARS, ErrorBody, SessionStatusResponse
 from shared.sse import SSE_MEDIA_TYPE
@@ -37,7 +36,7 @@ async def session_status(session_id: SessionId, _: ApiKey, service: SessionServi
 
 @router.get(
     "/{session_id}/events",
-    response_class=StreamingResponse,
+    response_class=EventStreamResponse,
     responses={200: {"content": {SSE_MEDIA_TYPE: {}}}, **_ERRORS, 422: {"model": ErrorBody}},
 )
 async def session_events(
@@ -47,7 +46,7 @@ async def session_events(
     streamer: StreamerDep,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=20)] = None,
     after: Annotated[int | None, Query(ge=0)] = None,
-) -> StreamingResponse:
+) -> EventStreamResponse:
     """Every event after ``Last-Event-ID`` (or ``?after=``), then the live ones until the run ends."""
     start = after
     if last_event_id is not None and last_event_id.strip():
@@ -55,8 +54,9 @@ async def session_events(
             raise InvalidRequest("Last-Event-ID must be a non-negative integer (an event's seq)")
         start = max(start or 0, int(last_event_id.strip()))
     await service.ensure_session(session_id)
-    return StreamingResponse(
-        streamer.stream(session_id, start or 0), media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS
+    return EventStreamResponse(
+        lambda write, disconnected: streamer.serve(write, session_id, start or 0, disconnected=disconnected),
+        headers={},
     )
 
 

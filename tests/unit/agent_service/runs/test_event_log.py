@@ -14,6 +14,7 @@ from agent_service.runs.event_log import EventLog, LiveEvent, LiveSubscription
 from agent_service.runs.repository import EventRepository
 from agent_service.sessions.repository import SessionRepository
 from shared.db import create_engine, create_sessionmaker
+from shared.eager import Handoff
 from shared.protocol import AnswerChunkData, CompleteData, EventEnvelope, EventType, utcnow
 
 
@@ -60,20 +61,16 @@ async def test_tokens_are_group_committed_and_terminal_written_first(database_ur
         async def finalize(db) -> None:
             await SessionRepository(db).update("s1", status="COMPLETED")
 
-        async def watch() -> None:
-            item = None
-            while True:
-                item = await sub.get(5)
-                if item is None or item.envelope.type is EventType.COMPLETE:
-                    break
-            assert item is not None
-            async with sessionmaker() as db:
-                rows = await EventRepository(db).after("s1", 200, 10)
-                seen_in_db_before_publish.extend(e.seq for e in rows)
+        async def watch(batch: list[LiveEvent]) -> None:
+            if batch[-1].envelope.type is EventType.COMPLETE:
+                async with sessionmaker() as db:
+                    rows = await EventRepository(db).after("s1", 200, 10)
+                    seen_in_db_before_publish.extend(e.seq for e in rows)
 
-        watcher = asyncio.create_task(watch())
+        watcher = Handoff(watch, maxsize=1000)
+        sub.attach(watcher)
         final = await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), finalize)
-        await watcher
+        await watcher.wait_idle()
         assert final.seq == 201
         assert seen_in_db_before_publish == [201]
         assert sub.ended and log.channel("s1") is None
@@ -116,14 +113,36 @@ async def test_a_subscriber_that_falls_behind_is_cut_off() -> None:
     sub = LiveSubscription(maxsize=3)
     assert all(sub.push(_item(i)) for i in range(1, 4))
     assert not sub.push(_item(4))
-    assert sub.overflowed and sub.ended
-    assert await sub.get(0.01) is None
+    assert sub.overflowed and sub.ended and sub.changed.is_set()
+    assert sub.take_all() == []
 
 
-async def test_subscription_times_out_then_delivers_then_closes() -> None:
+async def test_events_buffered_before_attach_go_to_the_sink_first_then_each_new_one() -> None:
     sub = LiveSubscription(maxsize=3)
-    assert await sub.get(0.01) is None and not sub.ended  # a heartbeat moment
+    got: list[int] = []
+
+    async def consume(batch: list[LiveEvent]) -> None:
+        got.extend(item.envelope.seq for item in batch)
+
     sub.push(_item(1))
+    sub.push(_item(2))
+    sub.attach(Handoff(consume, maxsize=3))
+    assert got == [1, 2]
+    assert sub.push(_item(3)) and got == [1, 2, 3]
     sub.close()
-    assert (await sub.get(1)).envelope.seq == 1
-    assert await sub.get(1) is None and sub.ended
+    assert sub.ended and sub.changed.is_set() and not sub.push(_item(4))
+
+
+async def test_a_sink_that_refuses_an_event_cuts_the_subscriber_off() -> None:
+    sub = LiveSubscription(maxsize=3)
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def consume(_batch: list[LiveEvent]) -> None:
+        await gate  # a client that stopped reading
+
+    sink = Handoff(consume, maxsize=1)
+    sub.attach(sink)
+    assert sub.push(_item(1)) and sub.push(_item(2))
+    assert not sub.push(_item(3))
+    assert sub.overflowed
+    sink.close()

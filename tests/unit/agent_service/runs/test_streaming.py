@@ -42,12 +42,21 @@ async def _finalize(db) -> None:
     await SessionRepository(db).update("s1", status="COMPLETED")
 
 
-async def _read_all(stream) -> list[int]:
-    decoder = SSEDecoder()
-    seqs: list[int] = []
-    async for chunk in stream:
-        seqs.extend(decode_envelope(e).seq for e in decoder.feed(chunk))
-    return seqs
+class _Client:
+    """What the SSE response hands ``serve``: a write that decodes what it is given."""
+
+    def __init__(self) -> None:
+        self.decoder = SSEDecoder()
+        self.seqs: list[int] = []
+
+    async def write(self, data: bytes) -> None:
+        self.seqs.extend(decode_envelope(e).seq for e in self.decoder.feed(data))
+
+
+async def _read_all(streamer: EventStreamer, *args, **kwargs) -> list[int]:
+    client = _Client()
+    await streamer.serve(client.write, *args, **kwargs)
+    return client.seqs
 
 
 async def test_live_run_covered_by_unwritten_events_is_streamed_without_reading_the_log(database_url: str) -> None:
@@ -61,7 +70,7 @@ async def test_live_run_covered_by_unwritten_events_is_streamed_without_reading_
         for i in range(5):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
         streamer = EventStreamer(log, sessionmaker, SETTINGS, metrics)
-        reader = asyncio.create_task(_read_all(streamer.stream("s1", 0, until_run="r1")))
+        reader = asyncio.create_task(_read_all(streamer, "s1", 0, until_run="r1"))
         while not channel.subscribers:  # the reader has subscribed: the rest reaches it live
             await asyncio.sleep(0)
         for i in range(5, 10):
@@ -91,7 +100,7 @@ async def test_events_already_written_are_read_from_the_log_then_the_rest_from_m
         for i in range(4, 7):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))  # 5..7 in memory only
         streamer = EventStreamer(log, sessionmaker, SETTINGS)
-        reader = asyncio.create_task(_read_all(streamer.stream("s1", 2, until_run="r1")))
+        reader = asyncio.create_task(_read_all(streamer, "s1", 2, until_run="r1"))
         while not channel.subscribers:
             await asyncio.sleep(0)
         await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
@@ -120,7 +129,7 @@ async def test_stream_subscribed_before_the_run_sends_everything_from_memory_eve
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
         await log.writer.flush()  # 1..4 committed: a late subscriber would have to read them back
         streamer = EventStreamer(log, sessionmaker, SETTINGS, metrics)
-        reader = asyncio.create_task(_read_all(streamer.stream("s1", 0, until_run="r1", live=live)))
+        reader = asyncio.create_task(_read_all(streamer, "s1", 0, until_run="r1", live=live))
         for i in range(4, 7):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
             await asyncio.sleep(0)
@@ -147,7 +156,7 @@ async def test_stream_whose_early_subscription_overflowed_replays_from_the_log(d
         await log.writer.flush()
         assert live.overflowed
         streamer = EventStreamer(log, sessionmaker, SETTINGS)
-        reader = asyncio.create_task(_read_all(streamer.stream("s1", 0, until_run="r1", live=live)))
+        reader = asyncio.create_task(_read_all(streamer, "s1", 0, until_run="r1", live=live))
         while not channel.subscribers:
             await asyncio.sleep(0)
         await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
@@ -157,3 +166,90 @@ async def test_stream_whose_early_subscription_overflowed_replays_from_the_log(d
         await engine.dispose()
     assert seqs == list(range(1, 7))
     assert log_reads, "events 1..5 were read back from the log"
+
+
+async def test_a_live_event_is_written_to_an_idle_reader_inside_emit(database_url: str) -> None:
+    """The run writes the event to a reader that keeps up itself: no writer task to wait for."""
+    engine, sessionmaker, _ = await _setup(database_url)
+    metrics = AgentMetrics()
+    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=1000, metrics=metrics)
+    log.start()
+    try:
+        channel = log.open_channel("s1", "r1", 1)
+        client = _Client()
+        streamer = EventStreamer(log, sessionmaker, SETTINGS, metrics)
+        reader = asyncio.create_task(streamer.serve(client.write, "s1", 0, until_run="r1"))
+        while not channel.subscribers:
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the reader attaches to its subscription
+        for i in range(1, 4):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+            assert client.seqs[-1] == i  # written before emit returned
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        await asyncio.wait_for(reader, 10)
+    finally:
+        await log.aclose()
+        await engine.dispose()
+    assert client.seqs == [1, 2, 3, 4]
+
+
+async def test_a_reader_whose_writes_block_delays_neither_the_run_nor_another_reader(database_url: str) -> None:
+    engine, sessionmaker, _ = await _setup(database_url)
+    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=3, metrics=AgentMetrics())
+    log.start()
+    try:
+        channel = log.open_channel("s1", "r1", 1)
+        stuck_gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        stuck_writes: list[bytes] = []
+
+        async def stuck_write(data: bytes) -> None:
+            stuck_writes.append(data)
+            if len(stuck_writes) > 1:  # the retry field goes out; then the socket buffer is full
+                await stuck_gate
+
+        fast = _Client()
+        streamer = EventStreamer(log, sessionmaker, SETTINGS)
+        stuck_reader = asyncio.create_task(streamer.serve(stuck_write, "s1", 0, until_run="r1"))
+        fast_reader = asyncio.create_task(streamer.serve(fast.write, "s1", 0, until_run="r1"))
+        while len(channel.subscribers) < 2:
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        for i in range(1, 7):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+            assert fast.seqs[-1] == i
+        # The stuck reader took event 1 into its blocked write and queued 3 more; the 5th cut it off.
+        await asyncio.wait_for(stuck_reader, 10)
+        assert len(channel.subscribers) == 1
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        await asyncio.wait_for(fast_reader, 10)
+    finally:
+        await log.aclose()
+        await engine.dispose()
+    assert fast.seqs == list(range(1, 8))
+    assert len(stuck_writes) == 2
+
+
+async def test_a_disconnect_ends_the_stream_and_its_subscription(database_url: str) -> None:
+    engine, sessionmaker, _ = await _setup(database_url)
+    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=10, metrics=AgentMetrics())
+    log.start()
+    try:
+        channel = log.open_channel("s1", "r1", 1)
+        client = _Client()
+        disconnected = asyncio.Event()
+        streamer = EventStreamer(log, sessionmaker, SETTINGS)
+        reader = asyncio.create_task(
+            streamer.serve(client.write, "s1", 0, until_run="r1", disconnected=disconnected)
+        )
+        while not channel.subscribers:
+            await asyncio.sleep(0)
+        log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text="t1"))
+        disconnected.set()
+        await asyncio.wait_for(reader, 10)
+        assert not channel.subscribers
+        log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text="t2"))
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+    finally:
+        await log.aclose()
+        await engine.dispose()
+    assert client.seqs == [1]
