@@ -4,9 +4,15 @@
 
 Starts, as real processes on loopback: the fake OpenAI-compatible model with a fixed time to first
 token, the Agent Service and the ConversationService, both behind that same model. Then
-``--conversations`` conversations reply at once, ``--rounds`` times per path, alternating the
-agent path (``/agent`` messages, delegated) and the direct LLM path, each conversation with its
-WebSocket open:
+``--conversations`` conversations per path (``/agent`` messages, delegated, and plain messages to
+the direct LLM), each with its WebSocket open, take ``--rounds`` turns each:
+
+- ``--arrival steady`` (default): both paths' conversations at once, each sending its next message
+  a think time after the last reply ended, like people chatting; both paths see the same load.
+- ``--arrival burst``: every conversation of one path sends at the same instant, the paths taking
+  turns: the worst case, where the set-up work of all of them queues for the CPU together.
+
+Figures:
 
 - first chunk, end to end: POST of the message -> first ``message.delta`` frame on the WebSocket
   (client clock); agent minus direct is the delegation overhead. The services' own
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +118,35 @@ class Conversation:
                     return Turn(path, first, time.perf_counter() - started, deltas, kind)
 
 
+async def burst(convs: dict[str, list[Conversation]], rounds: int) -> list[Turn]:
+    """Every conversation of a path sends at the same instant; the paths take turns. The worst
+    case for queueing: the set-up work of all of them competes for the CPU at once."""
+    turns: list[Turn] = []
+    for r in range(rounds):
+        for path, group in convs.items():
+            turns.extend(await asyncio.gather(*(c.turn(path, f"what is {r}*7") for c in group)))
+    return turns
+
+
+async def steady(
+    convs: dict[str, list[Conversation]], rounds: int, think_s: float, rng: random.Random,
+) -> list[Turn]:
+    """Every conversation of both paths at once, each like a person chatting: send, read the whole
+    reply, think (uniform 0.5-1.5 x ``think_s``), send again; first messages spread over one think
+    time. Both paths run under the same load, so their difference is the delegation's own cost."""
+
+    async def chat(path: str, conv: Conversation, start: float) -> list[Turn]:
+        await asyncio.sleep(start)  # pacing of the simulated user, not synchronisation
+        mine = []
+        for r in range(rounds):
+            mine.append(await conv.turn(path, f"what is {r}*7"))
+            await asyncio.sleep(think_s * rng.uniform(0.5, 1.5))
+        return mine
+
+    runs = [chat(path, conv, rng.uniform(0, think_s)) for path, group in convs.items() for conv in group]
+    return [turn for mine in await asyncio.gather(*runs) for turn in mine]
+
+
 def route_timing(samples: int) -> dict[str, Any]:
     """The MessageRouter as the service builds it (default settings), timed call by call."""
     router = MessageRouter(RoutingSettings())
@@ -129,7 +165,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     root = work_dir("bench-chat")
     results: dict[str, Any] = {
         "benchmark": "conversation_service", "machine": machine(), "database": args.db,
-        "settings": {"conversations": args.conversations, "rounds_per_path": args.rounds, "tokens": args.tokens,
+        "settings": {"conversations": args.conversations, "arrival": args.arrival, "rounds_per_path": args.rounds,
+                     "think_ms": args.think_ms if args.arrival == "steady" else None, "tokens": args.tokens,
                      "ttft_ms": args.ttft_ms, "token_delay_ms": args.token_delay_ms, "log_level": args.log_level},
     }
     limits = httpx.Limits(max_connections=args.conversations * 2 + 10)
@@ -150,10 +187,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 for path, group in convs.items():
                     await asyncio.gather(*(c.turn(path, "warm up") for c in group))
                 before = await scrape(http, chat.url)
-                turns: list[Turn] = []
-                for r in range(args.rounds):
-                    for path, group in convs.items():
-                        turns.extend(await asyncio.gather(*(c.turn(path, f"what is {r}*7") for c in group)))
+                if args.arrival == "burst":
+                    turns = await burst(convs, args.rounds)
+                else:
+                    turns = await steady(convs, args.rounds, args.think_ms / 1000, random.Random(args.seed))
                 after = await scrape(http, chat.url)
             finally:
                 for group in convs.values():
@@ -208,7 +245,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--conversations", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5, help="rounds per path")
+    parser.add_argument("--arrival", choices=["steady", "burst"], default="steady",
+                        help="steady: both paths' conversations at once, each sending again after a think "
+                             "time; burst: all conversations of a path send at the same instant")
+    parser.add_argument("--rounds", type=int, default=5, help="turns per conversation")
+    parser.add_argument("--think-ms", type=float, default=1000.0, help="steady: mean pause between turns")
+    parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--ttft-ms", type=float, default=200.0)
     parser.add_argument("--token-delay-ms", type=float, default=0.0)
@@ -217,7 +259,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.out is None:
-        args.out = REPO_ROOT / "loadtests" / "results" / f"bench_chat-{args.db}.json"
+        args.out = REPO_ROOT / "loadtests" / "results" / f"bench_chat-{args.db}-{args.arrival}.json"
     return args
 
 
