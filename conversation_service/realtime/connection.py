@@ -1,4 +1,12 @@
-"""One WebSocket client of a conversation: its bounded queue and the replay/live send loop."""
+"""One WebSocket client of a conversation: the replay on connect, then live frames.
+
+Frames reach the socket through a ``Handoff``: while the client keeps up, ``deliver`` writes the
+frame in the publisher's own step (the socket write completes at once when its buffer has room),
+so a frame does not wait for a sender task to be scheduled behind everything else on the loop.
+Only while a write waits for a client that reads slowly do its frames queue, bounded by
+``ws_client_queue_size``; past that the client is flagged ``overflowed`` and closed, and resumes
+with ``after_seq``. One client's queue never holds up another client or the publisher.
+"""
 
 from __future__ import annotations
 
@@ -14,41 +22,80 @@ from conversation_service.db.repository import unit_of_work
 from conversation_service.realtime.frames import Frame
 from conversation_service.realtime.repository import FrameRepository
 from conversation_service.state import ServiceState
+from shared.eager import Handoff
 
 log = logging.getLogger(__name__)
 
 _REPLAY_BATCH = 500
+# First in every client's queue: holds the live frames back until ``start`` (the handshake is done
+# and, on a resume, the replay goes out before them).
+_START = object()
 
 
 class ClientConnection:
-    """A hub subscriber. ``deliver`` never blocks: a full queue marks the client as slow."""
+    """A hub subscriber. ``deliver`` never waits: a client too far behind is flagged ``overflowed``;
+    a failed send (client gone) sets ``send_failed`` with the exception in ``error``."""
 
     def __init__(self, websocket: WebSocket, state: ServiceState, conversation_id: str) -> None:
         self.ws = websocket
         self.state = state
         self.conversation_id = conversation_id
-        self.queue: asyncio.Queue[Frame | dict[str, Any]] = asyncio.Queue(maxsize=state.settings.ws_client_queue_size)
         self.overflowed = asyncio.Event()
+        self.send_failed = asyncio.Event()
         self.last_sent = 0
+        self._replay_to: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._outbox: Handoff[Any] = Handoff(
+            self._send_batch, maxsize=state.settings.ws_client_queue_size, name=f"ws-send:{conversation_id}",
+            on_error=lambda _exc: self.send_failed.set(),
+        )
+        self._outbox.offer(_START)
 
-    def backlog(self) -> float:
-        """How full the queue is, 0..1: the publisher lets the sender run before it fills up."""
-        return self.queue.qsize() / self.queue.maxsize
+    @property
+    def error(self) -> BaseException | None:
+        return self._outbox.error
+
+    def start(self, after_seq: int | None, target: int) -> None:
+        """Begin sending, once the handshake is complete: persisted frames ``after_seq``..``target``
+        first (none when ``after_seq`` is None: live only), then the live frames, each seq once."""
+        if self._replay_to.done():
+            return  # closed already: it overflowed while the handshake was under way
+        self.last_sent = target if after_seq is None else after_seq
+        self._replay_to.set_result(target)
 
     def deliver(self, frame: Frame) -> None:
-        if self.overflowed.is_set():
-            return
-        try:
-            self.queue.put_nowait(frame)
-        except asyncio.QueueFull:
-            self.overflowed.set()
+        self._offer(frame)
 
     def send_control(self, frame: dict[str, Any]) -> None:
         """A frame for this client only (pong, ack, error): no seq, same ordered send path."""
-        try:
-            self.queue.put_nowait(frame)
-        except asyncio.QueueFull:
-            self.overflowed.set()
+        self._offer(frame)
+
+    def close(self) -> None:
+        """Stop sending; frames still queued are dropped (a resume gets them from the database)."""
+        self._outbox.close()
+
+    def _offer(self, item: Frame | dict[str, Any]) -> None:
+        outbox = self._outbox
+        if outbox.offer(item) or outbox.closed or outbox.error is not None:
+            return
+        # Refused while open: the queue is full behind a write this client is not reading (or
+        # behind its replay). Its backlog is dropped; it is closed and resumes from the database.
+        self.overflowed.set()
+        outbox.close()
+
+    async def _send_batch(self, batch: list[Any]) -> None:
+        for item in batch:
+            if isinstance(item, Frame):
+                if item.seq <= self.last_sent:
+                    continue  # already sent by a replay
+                if item.seq > self.last_sent + 1:
+                    # A gap: an earlier frame is still on its way (another replica, or published
+                    # after this one). The database has it within one group commit.
+                    await self.catch_up(item.seq - 1)
+                await self._send(item)
+            elif item is _START:
+                await self.catch_up(await self._replay_to)
+            else:
+                await self.ws.send_text(orjson.dumps(item).decode())
 
     async def _send(self, frame: Frame) -> None:
         await self.ws.send_text(frame.to_text())
@@ -87,17 +134,3 @@ class ClientConnection:
                 return
             self.state.publisher.writer.request_flush()
             await self.state.publisher.writer.wait_flushed(min(remaining, 0.05))
-
-    async def run_sender(self) -> None:
-        while True:
-            item = await self.queue.get()
-            if isinstance(item, dict):
-                await self.ws.send_text(orjson.dumps(item).decode())
-                continue
-            if item.seq <= self.last_sent:
-                continue  # already sent by the replay
-            if item.seq > self.last_sent + 1:
-                # A gap: an earlier frame is still on its way (another replica, or published
-                # after this one). The database has it within one group commit.
-                await self.catch_up(item.seq - 1)
-            await self._send(item)

@@ -7,7 +7,8 @@ no SUBSCRIBE/UNSUBSCRIBE churn racing the reader as clients come and go, at the 
 replica decoding frames of conversations it has no client for.
 
 ``publish()`` never waits on a subscriber: delivery is ``Subscriber.deliver``, which must not
-block (a client connection puts the frame into its bounded queue and flags itself when full).
+block (a client connection writes the frame at once when its socket has room, else queues it,
+bounded, and flags itself when full).
 A frame lost between replicas (Redis hiccup) shows up as a seq gap at the client, which refills
 it from the database.
 """
@@ -30,15 +31,8 @@ class Subscriber(Protocol):
         """Take a frame without blocking; never raises for a full queue (flag, then drop)."""
         ...
 
-    # Optional: ``backlog() -> float``, how full the subscriber's queue is (0 empty .. 1 full).
-    # A subscriber without a queue of its own (it handles each frame in ``deliver``) has none.
-
 
 Unsubscribe = Callable[[], None]
-
-
-def _no_backlog() -> float:
-    return 0.0
 
 
 class _LocalRegistry:
@@ -67,12 +61,6 @@ class _LocalRegistry:
     def count(self, conversation_id: str) -> int:
         return len(self._subscribers.get(conversation_id, ()))
 
-    def backlog(self, conversation_id: str) -> float:
-        subscribers = self._subscribers.get(conversation_id)
-        if not subscribers:
-            return 0.0
-        return max((getattr(subscriber, "backlog", _no_backlog)() for subscriber in subscribers), default=0.0)
-
 
 class Hub(ABC):
     def __init__(self) -> None:
@@ -94,10 +82,6 @@ class Hub(ABC):
 
     def subscriber_count(self, conversation_id: str) -> int:
         return self._local.count(conversation_id)
-
-    def backlog(self, conversation_id: str) -> float:
-        """The fullest queue among this process's subscribers of the conversation, 0..1."""
-        return self._local.backlog(conversation_id)
 
 
 class InProcessHub(Hub):

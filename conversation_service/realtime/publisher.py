@@ -41,15 +41,6 @@ class _KeyedLocks:
             self._locks[key] = (lock, users - 1)
 
 
-# A producer working through a backlog (buffered agent events) runs without suspending: the seq,
-# the writer queue and the hub do not wait. It lets the loop run (the WebSocket senders above all)
-# when a local client's queue is this full, so a burst cannot overflow a client that is reading...
-BACKLOG_HIGH_WATER = 0.25
-# ...and after this many frames in a row anyway, so other conversations are not held up by it.
-# One loop turn per frame instead made every frame of a burst wait behind everything else.
-FRAMES_PER_YIELD = 16
-
-
 class FramePublisher:
     def __init__(self, seq: SeqAllocator, writer: FrameWriter, hub: Hub, metrics: ConversationMetrics) -> None:
         self.seq = seq
@@ -60,7 +51,6 @@ class FramePublisher:
         # labels() validates and locks on every call; a frame is published per token, so the
         # labelled child is looked up once per frame type.
         self._published: dict[str, Any] = {}
-        self._since_yield = 0
 
     async def emit(
         self, conversation_id: str, type: str, data: dict[str, Any], *, boundary: bool = False,
@@ -86,8 +76,4 @@ class FramePublisher:
             counter = self._published[type] = self._metrics.frames_published.labels(type=type)
         counter.inc()
         self._metrics.frame_emit_seconds.observe(time.perf_counter() - started)
-        self._since_yield += 1
-        if self._since_yield >= FRAMES_PER_YIELD or self.hub.backlog(conversation_id) >= BACKLOG_HIGH_WATER:
-            self._since_yield = 0
-            await asyncio.sleep(0)
         return frame

@@ -156,34 +156,31 @@ async def _serve(
     conn = ClientConnection(websocket, state, conversation_id)
     unsubscribe = state.hub.subscribe(conversation_id, conn)  # first: nothing published from now is missed
     state.metrics.ws_connections.inc()
-    sender: asyncio.Task | None = None
-    receiver: asyncio.Task | None = None
+    watchers: list[asyncio.Task] = []
     try:
         # Read where the stream stands before the client can see the handshake complete: a frame
         # it causes right after "open" must count as live, not as already sent.
         target = await state.publisher.seq.current(conversation_id)
         if not accepted:
             await websocket.accept()
-        if after_seq is None:
-            conn.last_sent = target  # live only
-        else:
-            conn.last_sent = after_seq
-            await conn.catch_up(target)
-        sender = asyncio.create_task(conn.run_sender(), name="ws-sender")
+        # The replay up to ``target`` (if asked) goes out first; live frames held until now follow.
+        conn.start(after_seq, target)
         receiver = asyncio.create_task(_receive(websocket, state, user, conn), name="ws-receiver")
         overflow = asyncio.create_task(conn.overflowed.wait(), name="ws-overflow")
-        done, _ = await asyncio.wait({sender, receiver, overflow}, return_when=asyncio.FIRST_COMPLETED)
-        overflow.cancel()
+        send_failed = asyncio.create_task(conn.send_failed.wait(), name="ws-send-failed")
+        watchers = [receiver, overflow, send_failed]
+        done, _ = await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
         if overflow in done:
             state.metrics.ws_slow_consumers.inc()
             log.info("closing a slow WebSocket client", extra={"last_sent": conn.last_sent})
             unsubscribe()
-            sender.cancel()
             receiver.cancel()
             await _close(websocket, WS_TRY_AGAIN_LATER, SLOW_CONSUMER_REASON)
             return
-        for task in done:
-            exc = task.exception()
+        errors = [receiver.exception()] if receiver in done else []
+        if send_failed in done:
+            errors.append(conn.error)
+        for exc in errors:
             if isinstance(exc, _CloseRequest):
                 await _close(websocket, exc.code, exc.reason)
             elif exc is not None and not isinstance(exc, (WebSocketDisconnect, RuntimeError)):
@@ -193,10 +190,10 @@ async def _serve(
         pass
     finally:
         unsubscribe()
-        for task in (sender, receiver):
-            if task is not None and not task.done():
-                task.cancel()
-        await asyncio.gather(*(t for t in (sender, receiver) if t is not None), return_exceptions=True)
+        conn.close()
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
         state.metrics.ws_connections.dec()
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
+from urllib.parse import urlsplit
 
 import httpx
 import websockets
@@ -74,3 +76,46 @@ async def new_conversation(client: httpx.AsyncClient, base: str, user: str, titl
     r = await client.post(f"{base}/conversations", json={"title": title}, headers=auth(user))
     assert r.status_code == 201, r.text
     return r.json()
+
+
+async def connect_not_reading(base: str, conversation_id: str, user: str, after_seq: int | None = None):
+    """A WebSocket client that takes (almost) nothing off the wire until the test reads from it."""
+    parts = urlsplit(base)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # Set before connecting, so the TCP window it advertises stays small.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (parts.hostname, parts.port))
+    return await websockets.connect(
+        ws_url(base, conversation_id, after_seq), sock=sock, additional_headers=auth(user), max_queue=1,
+        # Uncompressed, so each frame really takes its size in the buffers between the two ends.
+        compression=None,
+    )
+
+
+class Reader:
+    """Reads a WebSocket continuously in a task and lets the test wait for a number of frames."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.frames: list[dict] = []
+        self._changed = asyncio.Event()
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        async for raw in self.ws:
+            self.frames.append(json.loads(raw))
+            self._changed.set()
+
+    async def wait_for(self, count: int, timeout: float) -> None:
+        async with asyncio.timeout(timeout):
+            while len(self.frames) < count:
+                if self.task.done():
+                    self.task.result()
+                    raise AssertionError(f"connection ended after {len(self.frames)} frames")
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def close(self) -> None:
+        await self.ws.close()
+        await asyncio.gather(self.task, return_exceptions=True)

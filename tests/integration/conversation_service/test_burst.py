@@ -1,9 +1,10 @@
 """A burst of frames larger than a client's queue does not drop a client that is reading.
 
 The publisher emits back to back without waiting on anyone (the agent path works through up to
-``AGENT_EVENT_QUEUE_SIZE`` buffered events that way); it must let the WebSocket senders run
-before a reading client's bounded queue (``WS_CLIENT_QUEUE_SIZE``) fills, or that client would be
-closed as a slow consumer.
+``AGENT_EVENT_QUEUE_SIZE`` buffered events that way). Each frame is written to a reading client's
+socket as it is published; a client's bounded queue (``WS_CLIENT_QUEUE_SIZE``) only fills while a
+write to it waits, so a burst far larger than the queue must not close a reading client as a
+slow consumer.
 """
 
 from __future__ import annotations

@@ -12,24 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
-import websockets
 from websockets.exceptions import ConnectionClosed
 
 from conversation_service.errors import WS_TRY_AGAIN_LATER
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.router import SLOW_CONSUMER_REASON
 from tests.integration.conversation_service.support import (
-    auth,
+    Reader,
     connect,
+    connect_not_reading,
     make_settings,
     new_conversation,
     running,
-    ws_url,
 )
 
 QUEUE_SIZE = 8
@@ -40,54 +37,11 @@ BATCH = 32
 MAX_FRAMES = 4_000
 
 
-async def connect_not_reading(base: str, conversation_id: str, user: str, after_seq: int):
-    """A WebSocket client that takes (almost) nothing off the wire until the test reads from it."""
-    parts = urlsplit(base)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    # Set before connecting, so the TCP window it advertises stays small.
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, (parts.hostname, parts.port))
-    return await websockets.connect(
-        ws_url(base, conversation_id, after_seq), sock=sock, additional_headers=auth(user), max_queue=1,
-        # Uncompressed, so each frame really takes its size in the buffers between the two ends.
-        compression=None,
-    )
-
-
-class Reader:
-    """Reads a WebSocket continuously in a task and lets the test wait for a number of frames."""
-
-    def __init__(self, ws) -> None:
-        self.ws = ws
-        self.frames: list[dict] = []
-        self._changed = asyncio.Event()
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        async for raw in self.ws:
-            self.frames.append(json.loads(raw))
-            self._changed.set()
-
-    async def wait_for(self, count: int, timeout: float) -> None:
-        async with asyncio.timeout(timeout):
-            while len(self.frames) < count:
-                if self.task.done():
-                    self.task.result()
-                    raise AssertionError(f"connection ended after {len(self.frames)} frames")
-                self._changed.clear()
-                await self._changed.wait()
-
-    async def close(self) -> None:
-        await self.ws.close()
-        await asyncio.gather(self.task, return_exceptions=True)
-
-
 async def emit(publisher, conversation_id: str, n: int) -> None:
     await publisher.emit(conversation_id, FrameType.MESSAGE_DELTA, {"n": n, "text": FRAME_TEXT})
     # Like every real producer (a model's stream, the agent's events), wait for the next piece:
     # here one loop turn, the least any producer awaits. In-process emits never suspend, so a
-    # burst without it would outrun even a fast client's sender.
+    # burst without it would fill even a fast client's socket before that client could read.
     await asyncio.sleep(0)
 
 
