@@ -1,8 +1,14 @@
 """``AgentEventProcessor``: turns the Agent Service's events into conversation updates.
 
-The SSE reader and the processing are decoupled by a bounded queue: the reader never waits on the
-database or on WebSocket fan-out unless the processor falls ``agent_event_queue_size`` events
-behind (then it applies back-pressure to the agent stream rather than buffering without limit).
+The event iterator is consumed through a bounded queue, a ``Handoff``: while the processing is
+idle, an event read is handled right away in the reader's own step, so its frame is on the
+WebSocket before the next event is read, with no task switch in between. While the processing
+waits (a database write at a boundary, a slow hub), the reader goes on and events queue; they are
+handled as one batch once it is free, consecutive answer chunks coalesced into one delta. The
+reader waits only when ``agent_event_queue_size`` events are queued: back-pressure on the agent
+stream rather than buffering without limit. Reading stops at the first terminal event. A failure
+of the processing ends the turn with that exception once the reader next hands an event over or
+the stream ends.
 
 Mapping (DESIGN §5):
 
@@ -21,6 +27,7 @@ A client that ignores every ``agent.*`` frame still sees a complete message for 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -46,6 +53,7 @@ from conversation_service.messages.repository import MessageRepository
 from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
+from shared.eager import Handoff
 from shared.protocol import (
     AskUserData,
     CompleteData,
@@ -122,9 +130,6 @@ class TurnOutcome:
     question_id: str | None = None
 
 
-_END = object()
-
-
 class AgentEventProcessor:
     def __init__(
         self,
@@ -143,47 +148,59 @@ class AgentEventProcessor:
         self._processing: dict[EventType, Any] = {}
 
     async def process(self, turn: AgentTurn, events: AsyncIterator[EventEnvelope]) -> TurnOutcome:
-        queue: asyncio.Queue = asyncio.Queue(maxsize=self._queue_size)
-        # The first event is taken here and the reader starts only once it is handled: the stream
-        # has it in memory already, while the events behind it usually arrived in the same network
-        # read, and the reader would parse and validate that whole burst before the first frame
-        # reached the WebSocket.
-        await self._read_first(events, queue)
-        reader: asyncio.Task | None = None
         state = _TurnState(turn)
+        handoff: Handoff[tuple[EventEnvelope, float]] = Handoff(
+            functools.partial(self._consume, state), maxsize=self._queue_size,
+            name=f"agent-events:{turn.agent_session_id}",
+        )
+        stream_error: Exception | None = None
         try:
-            pending = None
-            while True:
-                if reader is None and queue.empty() and pending is None:
-                    reader = asyncio.create_task(self._read(events, queue), name=f"agent-sse:{turn.agent_session_id}")
-                item = pending if pending is not None else await queue.get()
-                pending = None
-                if item is _END:
-                    break
-                if isinstance(item, BaseException):
-                    return await self._interrupted(state, item)
-                envelope, received_at = item
-                if envelope.type is EventType.ANSWER_CHUNK:
-                    batch, pending = _take_chunks(queue, item)
-                    await self._chunks(state, batch)
-                    turn.start_opening()
-                    done = time.perf_counter()
-                    observe = self._processing_seconds(EventType.ANSWER_CHUNK).observe
-                    for _, stamp in batch:
-                        observe(done - stamp)
-                    continue
-                state.received_at = received_at
-                outcome = await self._handle(state, envelope)
-                turn.start_opening()
-                self._processing_seconds(envelope.type).observe(time.perf_counter() - received_at)
-                if outcome is not None:
-                    return outcome
-            # The stream ended without a terminal event: the client gave up reconnecting.
-            return await self._interrupted(state, None)
+            try:
+                async for envelope in events:
+                    await handoff.put((envelope, time.perf_counter()))
+                    if envelope.is_terminal or handoff.error is not None:
+                        break
+            except Exception as exc:  # noqa: BLE001 - the stream failed: the user is told below
+                if exc is not handoff.error:
+                    stream_error = exc
+            await handoff.wait_idle()
         finally:
-            if reader is not None:
-                reader.cancel()
-                await asyncio.gather(reader, return_exceptions=True)
+            # Cancelled: the processing under way stops too, and has unwound (its transaction
+            # rolled back) before this returns, as when it ran in this task.
+            handoff.close()
+            await handoff.idle.wait()
+        if handoff.error is not None:
+            raise handoff.error
+        if state.outcome is not None:
+            return state.outcome
+        # The stream failed, or ended without a terminal event (the client gave up reconnecting).
+        return await self._interrupted(state, stream_error)
+
+    async def _consume(self, state: _TurnState, batch: list[tuple[EventEnvelope, float]]) -> None:
+        """Events in order; answer chunks that queued together become one delta. Nothing after the
+        turn's outcome is handled."""
+        turn = state.turn
+        i = 0
+        while i < len(batch) and state.outcome is None:
+            envelope, received_at = batch[i]
+            if envelope.type is EventType.ANSWER_CHUNK:
+                end = i + 1
+                while (end < len(batch) and end - i < MAX_COALESCED_CHUNKS
+                       and batch[end][0].type is EventType.ANSWER_CHUNK):
+                    end += 1
+                chunks, i = batch[i:end], end
+                await self._chunks(state, chunks)
+                turn.start_opening()
+                done = time.perf_counter()
+                observe = self._processing_seconds(EventType.ANSWER_CHUNK).observe
+                for _, stamp in chunks:
+                    observe(done - stamp)
+                continue
+            i += 1
+            state.received_at = received_at
+            state.outcome = await self._handle(state, envelope)
+            turn.start_opening()
+            self._processing_seconds(envelope.type).observe(time.perf_counter() - received_at)
 
     def _processing_seconds(self, type_: EventType) -> Any:
         # labels() validates and locks on every call; this runs once per agent event.
@@ -191,32 +208,6 @@ class AgentEventProcessor:
         if child is None:
             child = self._processing[type_] = self._metrics.agent_event_processing_seconds.labels(type=type_.value)
         return child
-
-    @staticmethod
-    async def _read_first(events: AsyncIterator[EventEnvelope], queue: asyncio.Queue) -> None:
-        """The first event (or the end, or the failure) into the empty queue, as ``_read`` would."""
-        try:
-            envelope = await anext(events)
-        except StopAsyncIteration:
-            queue.put_nowait(_END)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - handed to the processor, which tells the user
-            queue.put_nowait(exc)
-        else:
-            queue.put_nowait((envelope, time.perf_counter()))
-
-    @staticmethod
-    async def _read(events: AsyncIterator[EventEnvelope], queue: asyncio.Queue) -> None:
-        try:
-            async for envelope in events:
-                await queue.put((envelope, time.perf_counter()))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - handed to the processor, which tells the user
-            await queue.put(exc)
-            return
-        await queue.put(_END)
 
     async def _chunks(self, state: _TurnState, batch: list[tuple[EventEnvelope, float]]) -> None:
         """Answer chunks that were already waiting together go out as one ``message.delta``: a burst
@@ -390,21 +381,8 @@ class AgentEventProcessor:
 MAX_COALESCED_CHUNKS = 64
 
 
-def _take_chunks(queue: asyncio.Queue, first: tuple) -> tuple[list[tuple[EventEnvelope, float]], Any]:
-    """``first`` and the answer chunks queued right behind it; plus the next other item taken off
-    the queue on the way, if any (the caller handles it next)."""
-    batch = [first]
-    while len(batch) < MAX_COALESCED_CHUNKS and not queue.empty():
-        item = queue.get_nowait()
-        if isinstance(item, tuple) and item[0].type is EventType.ANSWER_CHUNK:
-            batch.append(item)
-        else:
-            return batch, item
-    return batch, None
-
-
 class _TurnState:
-    __slots__ = ("last_seq", "parts", "received_at", "tools", "turn")
+    __slots__ = ("last_seq", "outcome", "parts", "received_at", "tools", "turn")
 
     def __init__(self, turn: AgentTurn) -> None:
         self.turn = turn
@@ -412,6 +390,7 @@ class _TurnState:
         self.tools: dict[str, dict[str, Any]] = {}
         self.last_seq: int | None = None
         self.received_at: float | None = None
+        self.outcome: TurnOutcome | None = None  # the first terminal event's: the turn is over
 
     def metadata(self, **extra: Any) -> dict[str, Any]:
         return {

@@ -497,18 +497,98 @@ class SlowHub(InProcessHub):
         await super().publish(frame)
 
 
-async def test_the_bounded_queue_holds_the_reader_back(bed: Bed) -> None:
-    queue_size = 8
-    n_chunks = 400
-    gate = asyncio.Event()
-    # The first event is handled before the reader starts (its frame goes out before the burst
-    # behind it is parsed): its publish passes, the ones after it wait for the gate.
-    hub = SlowHub(gate, turns_per_publish=5, free=1)
+def _processor_on(bed: Bed, hub: InProcessHub, queue_size: int = 64) -> tuple[AgentEventProcessor, FrameLog]:
+    """A processor publishing through ``hub``, and what a client of the conversation gets from it."""
     log = FrameLog()
     hub.subscribe(bed.conversation_id, log)
     publisher = FramePublisher(bed.publisher.seq, bed.writer, hub, bed.metrics)
     processor = AgentEventProcessor(bed.sessionmaker, publisher, bed.metrics, queue_size=queue_size,
                                     ask_user_timeout_s=ASK_USER_TIMEOUT_S)
+    return processor, log
+
+
+async def test_an_idle_processor_publishes_in_the_readers_step_and_coalesces_what_queued_while_busy(bed: Bed) -> None:
+    gate = asyncio.Event()
+    # The first publish goes straight through; the second waits for the gate: the processor is busy.
+    processor, log = _processor_on(bed, SlowHub(gate, turns_per_publish=0, free=1))
+    loop = asyncio.get_running_loop()
+    loop_passes: list[str] = []
+    seen: dict[str, Any] = {}
+
+    async def events():
+        loop.call_soon(loop_passes.append, "a loop pass")
+        yield envelope(1, EventType.THOUGHT, {"text": "first", "step": 1})
+        # Resumed for the next event: the first one's frame must be out already, and the callback
+        # scheduled before it was read must not have run (no pass of the loop in between).
+        seen["after first"] = (list(log.types), list(loop_passes))
+        yield envelope(2, EventType.THOUGHT, {"text": "second", "step": 2})
+        seen["after second"] = list(log.types)
+        for seq, text in enumerate("abcd", start=3):
+            yield envelope(seq, EventType.ANSWER_CHUNK, {"text": text})
+        gate.set()
+        yield envelope(7, EventType.COMPLETE, {"answer": "abcd"})
+
+    outcome = await asyncio.wait_for(processor.process(bed.turn(), events()), 10)
+
+    assert seen["after first"] == ([FrameType.AGENT_THINKING], [])
+    assert seen["after second"] == [FrameType.AGENT_THINKING]  # still being published
+    assert outcome.kind is TurnOutcomeKind.COMPLETE and outcome.content == "abcd"
+    # The four chunks read while the processor was busy went out as one delta.
+    assert log.types == [FrameType.AGENT_THINKING, FrameType.AGENT_THINKING, FrameType.MESSAGE_DELTA,
+                         FrameType.MESSAGE_COMPLETED, FrameType.AGENT_COMPLETE]
+    delta = log.of(FrameType.MESSAGE_DELTA)[0]
+    assert delta.data == {"message_id": bed.message_id, "text": "abcd"}
+    assert isinstance(delta.received_at, tuple) and len(delta.received_at) == 4
+    assert [f.data["text"] for f in log.of(FrameType.AGENT_THINKING)] == ["first", "second"]
+
+
+class StuckHub(InProcessHub):
+    """A hub whose publish never finishes; it records being cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.publishing = asyncio.Event()
+        self.cancelled = False
+
+    async def publish(self, frame: Frame) -> None:
+        self.publishing.set()
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+
+async def test_cancelling_the_turn_stops_the_processing_under_way_before_it_returns(bed: Bed) -> None:
+    hub = StuckHub()
+    processor, _ = _processor_on(bed, hub)
+
+    async def events():
+        yield envelope(1, EventType.THOUGHT, {"text": "hm", "step": 1})
+        await asyncio.get_running_loop().create_future()  # the agent goes quiet
+
+    stopped_on_return: list[bool] = []
+
+    async def turn() -> None:
+        try:
+            await processor.process(bed.turn(), events())
+        finally:
+            stopped_on_return.append(hub.cancelled)  # in the step process() ended in
+
+    run = asyncio.create_task(turn())
+    await asyncio.wait_for(hub.publishing.wait(), 10)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert stopped_on_return == [True]
+
+
+async def test_the_bounded_queue_holds_the_reader_back(bed: Bed) -> None:
+    queue_size = 8
+    n_chunks = 400
+    gate = asyncio.Event()
+    # Every publish waits for the gate, the first one too: the processor is busy from the start.
+    processor, log = _processor_on(bed, SlowHub(gate, turns_per_publish=5), queue_size=queue_size)
     produced = 0
     max_lead = 0
     reader_blocked = asyncio.Event()
@@ -520,7 +600,7 @@ async def test_the_bounded_queue_holds_the_reader_back(bed: Bed) -> None:
             produced += 1
             published = sum(len(f.data["text"]) for f in log.of(FrameType.MESSAGE_DELTA))
             max_lead = max(max_lead, produced - published)
-            if produced == queue_size + 3:
+            if produced == queue_size + 2:
                 reader_blocked.set()
             yield envelope(seq, EventType.ANSWER_CHUNK, {"text": "x"})
         yield envelope(n_chunks + 1, EventType.COMPLETE, {"answer": "x" * n_chunks})
@@ -531,17 +611,17 @@ async def test_the_bounded_queue_holds_the_reader_back(bed: Bed) -> None:
     # one event per loop turn.
     for _ in range(200):
         await asyncio.sleep(0)
-    # The first event published, one in the processor's hands, queue_size queued, one waiting for
-    # a free slot.
-    assert produced == queue_size + 3
+    # One event in the processor's hands, queue_size queued, one read and waiting for room.
+    assert produced == queue_size + 2
+    assert log.of(FrameType.MESSAGE_DELTA) == []
     gate.set()
     outcome = await asyncio.wait_for(run, 60)
 
     assert outcome.kind is TurnOutcomeKind.COMPLETE and outcome.content == "x" * n_chunks
     assert "".join(f.data["text"] for f in log.of(FrameType.MESSAGE_DELTA)) == "x" * n_chunks
-    # The consumer was the slower side the whole time, and the reader never got further ahead than
-    # the queue, the chunks being published (at most a queue's worth, coalesced) and one waiting.
-    assert queue_size + 2 <= max_lead <= 2 * queue_size + 2
+    # The reader never got further ahead than the chunks being published (at most a queue's worth,
+    # coalesced), a full queue and one waiting for room.
+    assert queue_size + 2 <= max_lead <= 2 * queue_size + 1
 
 
 async def test_processing_many_runs_keeps_statement_count_independent_of_chunks(database_url: str) -> None:
