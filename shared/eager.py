@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["Handoff", "start_eagerly"]
+__all__ = ["FairShare", "Handoff", "start_eagerly"]
 
 _NATIVE_EAGER = sys.version_info >= (3, 12)
 
@@ -193,3 +194,24 @@ class Handoff(Generic[T]):
             self._running = False
             self._task = None
             self._wake()
+
+
+class FairShare:
+    """Lets the loop go round once the caller has kept it for ``budget_s`` without a wait.
+
+    A producer working through a burst (many model deltas or agent events from one network read)
+    never waits on its own: with its hand-offs running inline, it would hold the loop for the
+    whole burst while other streams' first events and new requests queue behind it. Calling
+    ``checkpoint`` after each item bounds that hold. Items already handed over are written by
+    then, so the pause delays none of them.
+    """
+
+    def __init__(self, budget_s: float = 0.001) -> None:
+        self._budget = budget_s
+        self._since = time.perf_counter()
+
+    async def checkpoint(self) -> None:
+        now = time.perf_counter()
+        if now - self._since >= self._budget:
+            await asyncio.sleep(0)
+            self._since = time.perf_counter()

@@ -25,6 +25,7 @@ from agent_service.metrics import AgentMetrics
 from agent_service.profiles.schemas import Profile
 from agent_service.tools.ask_user import ASK_USER_TOOL_NAME, validate_question
 from agent_service.tools.base import Tool, ToolContext, ToolError
+from shared.eager import FairShare
 from shared.llm.base import (
     CompletionOptions,
     LLMDone,
@@ -217,6 +218,7 @@ class ReActEngine:
         done: LLMDone | None = None
         started = time.perf_counter()
         first = True
+        share = FairShare()
 
         def end_reasoning() -> None:
             if reasoning:
@@ -236,8 +238,9 @@ class ReActEngine:
                     text.append(event.text)
                     answer.append(event.text)
                     # A reader that keeps up has the chunk on its socket when emit returns (see
-                    # EventLog), so a burst of deltas from one network read is handled in one go.
+                    # EventLog); the pause for other runs comes after it, never before.
                     emit(EventType.ANSWER_CHUNK, AnswerChunkData(text=event.text))
+                    await share.checkpoint()
                 elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                 elif isinstance(event, ToolCall):

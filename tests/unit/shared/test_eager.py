@@ -8,7 +8,7 @@ import contextvars
 
 import pytest
 
-from shared.eager import Handoff, start_eagerly
+from shared.eager import FairShare, Handoff, start_eagerly
 
 _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("_VAR", default="caller")
 
@@ -183,3 +183,14 @@ async def test_a_consumer_error_ends_the_handoff_and_is_reported() -> None:
     with pytest.raises(RuntimeError, match="consumer failed"):
         await handoff.put(4)
     assert consumer.batches == [[1]]
+
+
+async def test_fair_share_lets_the_loop_go_round_only_once_its_budget_is_spent() -> None:
+    other_ran: list[int] = []
+    asyncio.get_running_loop().call_soon(other_ran.append, 1)
+    share = FairShare(budget_s=3600)
+    await share.checkpoint()
+    assert other_ran == []  # within its budget: no pass of the loop
+    share = FairShare(budget_s=0)
+    await share.checkpoint()
+    assert other_ran == [1]  # budget spent: the ready callback ran
