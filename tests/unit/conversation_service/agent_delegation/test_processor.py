@@ -646,3 +646,49 @@ async def test_processing_many_runs_keeps_statement_count_independent_of_chunks(
             counts.append(len([s for s in statements.statements if "CONVERSATION_FRAMES" not in s
                                and not s.startswith("UPDATE CONVERSATIONS SET LAST_SEQ")]))
     assert counts[0] == counts[1], counts
+
+
+class _Reads:
+    """Events arriving in network reads: ``buffered`` is what is left of the current read."""
+
+    def __init__(
+        self, reads: list[list[EventEnvelope]], *, then_raise: BaseException | None = None, unfinished: int = 0,
+    ) -> None:
+        self._reads = reads
+        self._left = 0
+        self._then_raise = then_raise
+        self._unfinished = unfinished  # events the last read announces but never yields
+
+    def buffered(self) -> int:
+        return self._left
+
+    async def events(self):
+        for read in self._reads:
+            await asyncio.sleep(0)  # the network read
+            for i, item in enumerate(read):
+                self._left = len(read) - i - 1 + (self._unfinished if read is self._reads[-1] else 0)
+                yield item
+        if self._then_raise is not None:
+            raise self._then_raise
+
+
+async def test_answer_chunks_read_together_go_out_as_one_delta(bed: Bed) -> None:
+    events = numbered([chunk("a"), chunk("b"), chunk("c"), chunk("d"),
+                       (EventType.COMPLETE, {"answer": "abcd", "usage": {}})])
+    reads = _Reads([events[:3], events[3:]])
+    outcome = await bed.processor().process(bed.turn(), reads.events(), buffered=reads.buffered)
+
+    assert outcome.kind is TurnOutcomeKind.COMPLETE and outcome.content == "abcd"
+    # Two reads: "abc" in the first, "d" with COMPLETE in the second.
+    assert [f.data["text"] for f in bed.log.of(FrameType.MESSAGE_DELTA)] == ["abc", "d"]
+
+
+async def test_events_of_a_read_cut_off_by_a_failure_still_reach_the_user(bed: Bed) -> None:
+    events = numbered([chunk("The "), chunk("answer")])
+    broken = AgentStreamError("the event stream broke")
+    # The read announces a third event that never comes: the connection fails first.
+    reads = _Reads([events], then_raise=broken, unfinished=1)
+    outcome = await bed.processor().process(bed.turn(), reads.events(), buffered=reads.buffered)
+
+    assert outcome.kind is TurnOutcomeKind.INTERRUPTED and outcome.content == "The answer"
+    assert "".join(f.data["text"] for f in bed.log.of(FrameType.MESSAGE_DELTA)) == "The answer"
