@@ -85,11 +85,6 @@ class _SSEConnection:
             self._pending.extend(events)
         return self._pending.pop(0)
 
-    @property
-    def buffered(self) -> int:
-        """Complete events already read and parsed: ``next_event`` returns them without waiting."""
-        return len(self._pending)
-
     async def aclose(self) -> None:
         await self.response.aclose()
 
@@ -223,12 +218,6 @@ class AgentEventStream:
 
     def __aiter__(self) -> AgentEventStream:
         return self
-
-    @property
-    def buffered_events(self) -> int:
-        """How many events arrived with the last network read and are not taken yet: the next
-        ``__anext__`` calls return them without waiting (a hint; a duplicate among them is skipped)."""
-        return self._connection.buffered if self._connection is not None else 0
 
     async def __anext__(self) -> EventEnvelope:
         if self._finished:

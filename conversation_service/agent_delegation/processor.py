@@ -147,41 +147,22 @@ class AgentEventProcessor:
         self._ask_user_timeout = timedelta(seconds=ask_user_timeout_s)
         self._processing: dict[EventType, Any] = {}
 
-    async def process(
-        self, turn: AgentTurn, events: AsyncIterator[EventEnvelope], buffered: Callable[[], int] | None = None,
-    ) -> TurnOutcome:
-        """Consume ``events`` until the turn's outcome. ``buffered`` tells how many events the
-        iterator holds already (read together, e.g. ``AgentEventStream.buffered_events``): those
-        are handed over as one group, so answer chunks that arrived together become one delta."""
+    async def process(self, turn: AgentTurn, events: AsyncIterator[EventEnvelope]) -> TurnOutcome:
         state = _TurnState(turn)
         handoff: Handoff[tuple[EventEnvelope, float]] = Handoff(
             functools.partial(self._consume, state), maxsize=self._queue_size,
             name=f"agent-events:{turn.agent_session_id}",
         )
-        group_max = min(READ_GROUP_MAX, self._queue_size)
-        group: list[tuple[EventEnvelope, float]] = []
         stream_error: Exception | None = None
         try:
             try:
                 async for envelope in events:
-                    group.append((envelope, time.perf_counter()))
-                    if envelope.is_terminal:
-                        await handoff.put_many(group)
-                        group = []
-                        break
-                    # The rest of the network read is parsed before the group goes (a few µs an
-                    # event, capped), instead of one frame and one socket write per chunk.
-                    if buffered is None or not buffered() or len(group) >= group_max:
-                        await handoff.put_many(group)
-                        group = []
-                    if handoff.error is not None:
+                    await handoff.put((envelope, time.perf_counter()))
+                    if envelope.is_terminal or handoff.error is not None:
                         break
             except Exception as exc:  # noqa: BLE001 - the stream failed: the user is told below
                 if exc is not handoff.error:
                     stream_error = exc
-            if group and handoff.error is None:
-                # Events read before the stream ended or failed are still the user's.
-                await handoff.put_many(group)
             await handoff.wait_idle()
         finally:
             # Cancelled: the processing under way stops too, and has unwound (its transaction
@@ -398,9 +379,6 @@ class AgentEventProcessor:
 # At most this many queued chunks become one delta frame (bounds a frame's size and the wait of
 # the first chunk of a batch behind the last).
 MAX_COALESCED_CHUNKS = 64
-# Events of one network read handed to the processing together, at most: the first of them waits
-# for the others to be parsed and validated (~10-20 µs each), which this bounds.
-READ_GROUP_MAX = 16
 
 
 class _TurnState:

@@ -190,7 +190,7 @@ class AgentDelegation:
                 conversation, user_message, row_id, agent_session_id, stream.session_id or "", request,
                 history_stats,
             )
-            outcome = await self._processor.process(turn, _iterate(stream), buffered=lambda: stream.buffered_events)
+            outcome = await self._processor.process(turn, _iterate(stream))
         except BaseException:
             self._breaker.release()
             raise

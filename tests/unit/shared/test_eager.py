@@ -194,20 +194,3 @@ async def test_fair_share_lets_the_loop_go_round_only_once_its_budget_is_spent()
     share = FairShare(budget_s=0)
     await share.checkpoint()
     assert other_ran == [1]  # budget spent: the ready callback ran
-
-
-async def test_items_offered_together_reach_an_idle_consumer_as_one_batch() -> None:
-    consumer = _Consumer()
-    handoff: Handoff[int] = Handoff(consumer, maxsize=3)
-    assert handoff.offer_many([1, 2, 3])
-    assert consumer.batches == [[1, 2, 3]]
-    consumer.gate = asyncio.get_running_loop().create_future()
-    assert handoff.offer_many([4])
-    assert not handoff.offer_many([5, 6, 7, 8])  # more than the queue holds: none taken
-    assert handoff.offer_many([5, 6])
-    with pytest.raises(ValueError):
-        await handoff.put_many([1, 2, 3, 4])
-    gate, consumer.gate = consumer.gate, None
-    gate.set_result(None)
-    await handoff.wait_idle()
-    assert consumer.batches == [[1, 2, 3], [4], [5, 6]]
