@@ -53,7 +53,7 @@ from conversation_service.messages.repository import MessageRepository
 from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
-from shared.eager import Handoff
+from shared.eager import FairShare, Handoff
 from shared.protocol import (
     AskUserData,
     CompleteData,
@@ -154,10 +154,14 @@ class AgentEventProcessor:
             name=f"agent-events:{turn.agent_session_id}",
         )
         stream_error: Exception | None = None
+        share = FairShare()
         try:
             try:
                 async for envelope in events:
                     await handoff.put((envelope, time.perf_counter()))
+                    # The reader pauses, not the processing: events not read yet are not waiting
+                    # on this process, and other conversations are not held behind a burst.
+                    await share.checkpoint()
                     if envelope.is_terminal or handoff.error is not None:
                         break
             except Exception as exc:  # noqa: BLE001 - the stream failed: the user is told below

@@ -20,6 +20,7 @@ from conversation_service.messages.schemas import MessageOut
 from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
+from shared.eager import FairShare
 from shared.llm.base import LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
 from shared.logging import conversation_id_var
 
@@ -88,6 +89,7 @@ class DirectLLMReplier:
         parts: list[str] = []
         started = time.perf_counter()
         first = True
+        share = FairShare()
         try:
             async for event in self._provider.stream(prompt):
                 if isinstance(event, TextDelta) and event.text:
@@ -98,6 +100,10 @@ class DirectLLMReplier:
                     await self._publisher.emit(
                         conversation_id, FrameType.MESSAGE_DELTA, {"message_id": message.id, "text": event.text}
                     )
+                    # Deltas of one network read come without a wait and each frame is written
+                    # inside emit: pause (after the frame is out) so other conversations are not
+                    # held behind a whole burst.
+                    await share.checkpoint()
                 elif isinstance(event, LLMDone):
                     break
         except Exception as exc:  # the provider or the network failed: the user must see it
