@@ -6,8 +6,9 @@ is behind every other ready task on the loop: under load, one full pass of the l
 of the time the consumer is idle and its work never has to wait (a socket write with room in the
 buffer), so that wait is pure overhead.
 
-``start_eagerly`` runs a coroutine right away, in the caller's step, up to its first real
-suspension (what Python 3.12's eager tasks do; this module uses them where they exist).
+``start_eagerly`` (and ``run_now``, which also returns the result) runs a coroutine right away, in
+the caller's step, up to its first real suspension (what Python 3.12's eager tasks do; this module
+uses them where they exist): it also tells whether a result was ready without waiting.
 ``Handoff`` builds on it: one consumer, items in order, the consumer runs inline while it is idle
 and items queue (bounded) only while it is suspended, e.g. on a client that reads slowly. So the
 fast path costs no task switch and a slow consumer still never blocks the producer.
@@ -19,66 +20,117 @@ import asyncio
 import contextvars
 import sys
 import time
+from asyncio.tasks import _enter_task, _leave_task  # what 3.12's eager start does, for 3.11
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["FairShare", "Handoff", "start_eagerly"]
+__all__ = ["FairShare", "Handoff", "run_now", "start_eagerly"]
 
 _NATIVE_EAGER = sys.version_info >= (3, 12)
 
 
-def start_eagerly(coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any] | None:
+def run_now(coro: Coroutine[Any, Any, T], *, name: str | None = None) -> tuple[bool, Any]:
     """Run ``coro`` now, until it finishes or first waits for something not ready yet.
 
-    Returns None when it finished in this call (an exception it raised is raised here), else the
-    task that carries it on from where it waits. Must be called with a running loop.
+    Returns ``(True, its result)`` when it finished in this call (an exception it raised is raised
+    here), else ``(False, the task that carries it on from where it waits)``. Must be called with a
+    running loop.
     """
     loop = asyncio.get_running_loop()
     if _NATIVE_EAGER:
         task = asyncio.Task(coro, loop=loop, name=name, eager_start=True)  # type: ignore[call-arg]
         if task.done():
-            task.result()  # re-raises, and marks the exception retrieved
-            return None
-        return task
-    # Python 3.11: step the coroutine by hand, in its own context as a task would, and hand the
-    # rest to a task that resumes it exactly as asyncio.Task does (same future protocol).
+            return True, task.result()  # re-raises, and marks the exception retrieved
+        return False, task
+    # Python 3.11: step the coroutine by hand, in its own context and as its own task, as 3.12's
+    # eager start does: the task exists before the first step and is the running task during it,
+    # so code that binds to the running task (asyncio.timeout, anyio's cancel scopes in httpx)
+    # enters and exits in the same task when the coroutine goes on. The task's own first step
+    # resumes it exactly as asyncio.Task would (same future protocol), or does nothing if it is done.
     context = contextvars.copy_context()
+    step = _Step()
+    task = loop.create_task(_carry_on(coro, step), name=name, context=context)
+    task.add_done_callback(step.close_if_abandoned)
+    caller = asyncio.current_task(loop)
+    if caller is not None:
+        _leave_task(loop, caller)
+    _enter_task(loop, task)
     try:
-        awaited = context.run(coro.send, None)
-    except StopIteration:
-        return None
-    return loop.create_task(_carry_on(coro, awaited), name=name, context=context)
+        step.awaited = context.run(coro.send, None)
+    except StopIteration as stop:
+        step.coro = None
+        return True, stop.value
+    except BaseException:
+        step.coro = None
+        raise
+    finally:
+        _leave_task(loop, task)
+        if caller is not None:
+            _enter_task(loop, caller)
+    step.coro = coro
+    return False, task
 
 
-async def _carry_on(coro: Coroutine[Any, Any, Any], awaited: Any) -> Any:
-    while True:
-        cancelled = False
-        if awaited is None:
-            # A bare ``yield`` (asyncio.sleep(0)): give the loop one pass.
+def start_eagerly(coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any] | None:
+    """``run_now`` for a coroutine whose result nobody needs: None when it finished in this call,
+    else the task that carries it on."""
+    done, task = run_now(coro, name=name)
+    return None if done else task
+
+
+class _Step:
+    """A coroutine started by ``run_now`` on Python 3.11: what it waits on, and itself while its
+    task has yet to finish it."""
+
+    __slots__ = ("awaited", "coro")
+
+    def __init__(self) -> None:
+        self.awaited: Any = None
+        self.coro: Coroutine[Any, Any, Any] | None = None
+
+    def close_if_abandoned(self, _task: asyncio.Task[Any]) -> None:
+        # A task cancelled before its first step never ran ``_carry_on``: close the coroutine so
+        # its finally blocks run instead of it lingering half-done.
+        if self.coro is not None:
+            coro, self.coro = self.coro, None
+            coro.close()
+
+
+async def _carry_on(coro: Coroutine[Any, Any, Any], step: _Step) -> Any:
+    if step.coro is None:
+        return None  # it finished (or failed) in the eager step: the caller has its outcome
+    awaited = step.awaited
+    try:
+        while True:
+            cancelled = False
+            if awaited is None:
+                # A bare ``yield`` (asyncio.sleep(0)): give the loop one pass.
+                try:
+                    await asyncio.sleep(0)
+                except asyncio.CancelledError:
+                    cancelled = True
+            else:
+                # ``awaited`` is the asyncio future the coroutine is suspended on (the protocol
+                # asyncio.Task follows): wait for it without taking its result, which the coroutine
+                # reads itself once resumed.
+                awaited._asyncio_future_blocking = False
+                try:
+                    await asyncio.wait((awaited,))
+                except asyncio.CancelledError:
+                    cancelled = True
+                    if not awaited.done():
+                        # As Task.cancel does: cancel what it waits on; resumed, it sees CancelledError.
+                        awaited.cancel()
+                        cancelled = False
             try:
-                await asyncio.sleep(0)
-            except asyncio.CancelledError:
-                cancelled = True
-        else:
-            # ``awaited`` is the asyncio future the coroutine is suspended on (the protocol
-            # asyncio.Task follows): wait for it without taking its result, which the coroutine
-            # reads itself once resumed.
-            awaited._asyncio_future_blocking = False
-            try:
-                await asyncio.wait((awaited,))
-            except asyncio.CancelledError:
-                cancelled = True
-                if not awaited.done():
-                    # As Task.cancel does: cancel what it waits on; resumed, it sees CancelledError.
-                    awaited.cancel()
-                    cancelled = False
-        try:
-            awaited = coro.throw(asyncio.CancelledError()) if cancelled else coro.send(None)
-        except StopIteration as stop:
-            return stop.value
+                awaited = coro.throw(asyncio.CancelledError()) if cancelled else coro.send(None)
+            except StopIteration as stop:
+                return stop.value
+    finally:
+        step.coro = None
 
 
 class Handoff(Generic[T]):
@@ -129,15 +181,34 @@ class Handoff(Generic[T]):
         self._start([item])
         return True
 
+    def offer_many(self, items: list[T]) -> bool:
+        """Hand ``items`` over together: an idle consumer gets them as one batch. False (and none
+        taken) when they cannot all be taken."""
+        if self.closed or self.error is not None:
+            return False
+        if self._running:
+            if len(self._items) + len(items) > self._maxsize:
+                return False
+            self._items.extend(items)
+            return True
+        self._start(list(items))
+        return True
+
     async def put(self, item: T) -> None:
         """Hand ``item`` over, waiting while the queue is full (back-pressure on the producer).
         Raises the consumer's error, or RuntimeError once closed."""
+        await self.put_many([item])
+
+    async def put_many(self, items: list[T]) -> None:
+        """``offer_many``, waiting while there is no room for all of ``items`` (at most ``maxsize``)."""
+        if len(items) > self._maxsize:
+            raise ValueError(f"{len(items)} items never fit a queue of {self._maxsize}")
         while True:
             if self.error is not None:
                 raise self.error
             if self.closed:
                 raise RuntimeError(f"{self._name} is closed")
-            if self.offer(item):
+            if self.offer_many(items):
                 return
             if self._room is None:
                 self._room = asyncio.Event()

@@ -8,7 +8,7 @@ import contextvars
 
 import pytest
 
-from shared.eager import FairShare, Handoff, start_eagerly
+from shared.eager import FairShare, Handoff, run_now, start_eagerly
 
 _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("_VAR", default="caller")
 
@@ -194,3 +194,74 @@ async def test_fair_share_lets_the_loop_go_round_only_once_its_budget_is_spent()
     share = FairShare(budget_s=0)
     await share.checkpoint()
     assert other_ran == [1]  # budget spent: the ready callback ran
+
+
+async def test_items_offered_together_reach_an_idle_consumer_as_one_batch() -> None:
+    consumer = _Consumer()
+    handoff: Handoff[int] = Handoff(consumer, maxsize=3)
+    assert handoff.offer_many([1, 2, 3])
+    assert consumer.batches == [[1, 2, 3]]
+    consumer.gate = asyncio.get_running_loop().create_future()
+    assert handoff.offer_many([4])
+    assert not handoff.offer_many([5, 6, 7, 8])  # more than the queue holds: none taken
+    assert handoff.offer_many([5, 6])
+    with pytest.raises(ValueError):
+        await handoff.put_many([1, 2, 3, 4])
+    gate, consumer.gate = consumer.gate, None
+    gate.set_result(None)
+    await handoff.wait_idle()
+    assert consumer.batches == [[1, 2, 3], [4], [5, 6]]
+
+
+async def test_run_now_returns_a_ready_result_or_the_task_that_waits_for_it() -> None:
+    async def ready() -> int:
+        return 7
+
+    assert run_now(ready()) == (True, 7)
+    gate: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def waiting() -> int:
+        return await gate
+
+    done, task = run_now(waiting())
+    assert not done
+    gate.set_result(8)
+    assert await task == 8
+
+
+async def test_the_coroutine_runs_as_one_task_before_and_after_its_first_wait() -> None:
+    """Code bound to the running task (asyncio.timeout, anyio's cancel scopes) may be entered in
+    the eager step and left after the wait."""
+    caller = asyncio.current_task()
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    tasks: list[asyncio.Task | None] = []
+
+    async def work() -> str:
+        tasks.append(asyncio.current_task())
+        async with asyncio.timeout(60):
+            await gate
+        tasks.append(asyncio.current_task())
+        return "done"
+
+    done, task = run_now(work())
+    assert not done and asyncio.current_task() is caller
+    gate.set_result(None)
+    assert await task == "done"
+    assert tasks == [task, task] and task is not caller
+
+
+async def test_a_task_cancelled_before_it_resumes_the_coroutine_still_unwinds_it() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    unwound: list[str] = []
+
+    async def work() -> None:
+        try:
+            await gate
+        finally:
+            unwound.append("finally")
+
+    done, task = run_now(work())
+    task.cancel()  # before the loop ran the task's first step
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert unwound == ["finally"]
