@@ -53,7 +53,7 @@ from conversation_service.messages.repository import MessageRepository
 from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
-from shared.eager import FairShare, Handoff, run_now
+from shared.eager import FairShare, Handoff
 from shared.protocol import (
     AskUserData,
     CompleteData,
@@ -155,21 +155,18 @@ class AgentEventProcessor:
         )
         stream_error: Exception | None = None
         share = FairShare()
-        groups = _arrived_together(events, min(READ_GROUP_MAX, self._queue_size))
         try:
             try:
-                async for group in groups:
-                    await handoff.put_many(group)
+                async for envelope in events:
+                    await handoff.put((envelope, time.perf_counter()))
                     # The reader pauses, not the processing: events not read yet are not waiting
                     # on this process, and other conversations are not held behind a burst.
                     await share.checkpoint()
-                    if group[-1][0].is_terminal or handoff.error is not None:
+                    if envelope.is_terminal or handoff.error is not None:
                         break
             except Exception as exc:  # noqa: BLE001 - the stream failed: the user is told below
                 if exc is not handoff.error:
                     stream_error = exc
-            finally:
-                await groups.aclose()
             await handoff.wait_idle()
         finally:
             # Cancelled: the processing under way stops too, and has unwound (its transaction
@@ -386,63 +383,6 @@ class AgentEventProcessor:
 # At most this many queued chunks become one delta frame (bounds a frame's size and the wait of
 # the first chunk of a batch behind the last).
 MAX_COALESCED_CHUNKS = 64
-# Events already read that are handed to the processing together, at most: the first of them waits
-# while the others are parsed and validated (~10-20 µs each), which this bounds.
-READ_GROUP_MAX = 16
-_END = object()
-
-
-async def _next_or_end(events: AsyncIterator[EventEnvelope]) -> Any:
-    try:
-        return await anext(events)
-    except StopAsyncIteration:
-        return _END
-
-
-async def _arrived_together(
-    events: AsyncIterator[EventEnvelope], group_max: int,
-) -> AsyncIterator[list[tuple[EventEnvelope, float]]]:
-    """The events of ``events`` in groups, each stamped when read: an event, then those behind it
-    that are there without waiting (the same network read), at most ``group_max``. The Agent
-    Service writes each event as it happens, so under load several wait in the socket; handed over
-    together, their answer chunks make one frame instead of one each. A stream error is raised
-    after the group read before it."""
-    events = aiter(events)
-    waiting: asyncio.Task | None = None
-    try:
-        while True:
-            if waiting is not None:
-                task, waiting = waiting, None
-                envelope = await task
-            else:
-                envelope = await _next_or_end(events)
-            if envelope is _END:
-                return
-            group = [(envelope, time.perf_counter())]
-            ended, failure = False, None
-            while not envelope.is_terminal and len(group) < group_max:
-                try:
-                    ready, value = run_now(_next_or_end(events))
-                except Exception as exc:  # noqa: BLE001 - raised once the events before it are out
-                    failure = exc
-                    break
-                if not ready:
-                    waiting = value  # nothing more in this read: the next group starts with it
-                    break
-                if value is _END:
-                    ended = True
-                    break
-                envelope = value
-                group.append((envelope, time.perf_counter()))
-            yield group
-            if failure is not None:
-                raise failure
-            if ended:
-                return
-    finally:
-        if waiting is not None:
-            waiting.cancel()
-            await asyncio.gather(waiting, return_exceptions=True)
 
 
 class _TurnState:
