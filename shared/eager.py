@@ -181,34 +181,15 @@ class Handoff(Generic[T]):
         self._start([item])
         return True
 
-    def offer_many(self, items: list[T]) -> bool:
-        """Hand ``items`` over together: an idle consumer gets them as one batch. False (and none
-        taken) when they cannot all be taken."""
-        if self.closed or self.error is not None:
-            return False
-        if self._running:
-            if len(self._items) + len(items) > self._maxsize:
-                return False
-            self._items.extend(items)
-            return True
-        self._start(list(items))
-        return True
-
     async def put(self, item: T) -> None:
         """Hand ``item`` over, waiting while the queue is full (back-pressure on the producer).
         Raises the consumer's error, or RuntimeError once closed."""
-        await self.put_many([item])
-
-    async def put_many(self, items: list[T]) -> None:
-        """``offer_many``, waiting while there is no room for all of ``items`` (at most ``maxsize``)."""
-        if len(items) > self._maxsize:
-            raise ValueError(f"{len(items)} items never fit a queue of {self._maxsize}")
         while True:
             if self.error is not None:
                 raise self.error
             if self.closed:
                 raise RuntimeError(f"{self._name} is closed")
-            if self.offer_many(items):
+            if self.offer(item):
                 return
             if self._room is None:
                 self._room = asyncio.Event()

@@ -109,16 +109,6 @@ class LiveSubscription:
         self.closed = True
         self.changed.set()
 
-    def take_all(self) -> list[LiveEvent]:
-        """The events buffered now (none once overflowed)."""
-        items = list(self._items)
-        self._items.clear()
-        return items
-
-    @property
-    def ended(self) -> bool:
-        return self.overflowed or (self.closed and not self._items)
-
 
 @dataclass
 class SessionChannel:

@@ -196,23 +196,6 @@ async def test_fair_share_lets_the_loop_go_round_only_once_its_budget_is_spent()
     assert other_ran == [1]  # budget spent: the ready callback ran
 
 
-async def test_items_offered_together_reach_an_idle_consumer_as_one_batch() -> None:
-    consumer = _Consumer()
-    handoff: Handoff[int] = Handoff(consumer, maxsize=3)
-    assert handoff.offer_many([1, 2, 3])
-    assert consumer.batches == [[1, 2, 3]]
-    consumer.gate = asyncio.get_running_loop().create_future()
-    assert handoff.offer_many([4])
-    assert not handoff.offer_many([5, 6, 7, 8])  # more than the queue holds: none taken
-    assert handoff.offer_many([5, 6])
-    with pytest.raises(ValueError):
-        await handoff.put_many([1, 2, 3, 4])
-    gate, consumer.gate = consumer.gate, None
-    gate.set_result(None)
-    await handoff.wait_idle()
-    assert consumer.batches == [[1, 2, 3], [4], [5, 6]]
-
-
 async def test_run_now_returns_a_ready_result_or_the_task_that_waits_for_it() -> None:
     async def ready() -> int:
         return 7
@@ -260,7 +243,7 @@ async def test_a_task_cancelled_before_it_resumes_the_coroutine_still_unwinds_it
         finally:
             unwound.append("finally")
 
-    done, task = run_now(work())
+    _, task = run_now(work())
     task.cancel()  # before the loop ran the task's first step
     with pytest.raises(asyncio.CancelledError):
         await task
