@@ -4,6 +4,7 @@ everything the reader asks for, and either way every event arrives once, in orde
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 
 from sqlalchemy import event as sa_event
 
@@ -38,6 +39,21 @@ async def _setup(database_url: str):
     return engine, sessionmaker, log_reads
 
 
+@asynccontextmanager
+async def _running_log(database_url: str, *, live_queue_size: int):
+    """A migrated database with session s1, and a started event log whose group commit never
+    fires on its own (a window no test reaches): events stay unwritten until a terminal event."""
+    engine, sessionmaker, log_reads = await _setup(database_url)
+    metrics = AgentMetrics()
+    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=live_queue_size, metrics=metrics)
+    log.start()
+    try:
+        yield sessionmaker, log, log_reads, metrics
+    finally:
+        await log.aclose()
+        await engine.dispose()
+
+
 async def _finalize(db) -> None:
     await SessionRepository(db).update("s1", status="COMPLETED")
 
@@ -60,12 +76,7 @@ async def _read_all(streamer: EventStreamer, *args, **kwargs) -> list[int]:
 
 
 async def test_live_run_covered_by_unwritten_events_is_streamed_without_reading_the_log(database_url: str) -> None:
-    engine, sessionmaker, log_reads = await _setup(database_url)
-    metrics = AgentMetrics()
-    # A window no test reaches: nothing is written before the terminal event flushes it all.
-    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=1000, metrics=metrics)
-    log.start()
-    try:
+    async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, log_reads, metrics):
         channel = log.open_channel("s1", "r1", 1)
         for i in range(5):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
@@ -78,9 +89,6 @@ async def test_live_run_covered_by_unwritten_events_is_streamed_without_reading_
             await asyncio.sleep(0)
         await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
         seqs = await asyncio.wait_for(reader, 10)
-    finally:
-        await log.aclose()
-        await engine.dispose()
     assert seqs == list(range(1, 12))
     assert log_reads == []
     # Ten deltas observed, the terminal event not.
@@ -89,10 +97,7 @@ async def test_live_run_covered_by_unwritten_events_is_streamed_without_reading_
 
 
 async def test_events_already_written_are_read_from_the_log_then_the_rest_from_memory(database_url: str) -> None:
-    engine, sessionmaker, log_reads = await _setup(database_url)
-    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=1000, metrics=AgentMetrics())
-    log.start()
-    try:
+    async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, log_reads, _metrics):
         channel = log.open_channel("s1", "r1", 1)
         for i in range(4):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
@@ -105,9 +110,6 @@ async def test_events_already_written_are_read_from_the_log_then_the_rest_from_m
             await asyncio.sleep(0)
         await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
         seqs = await asyncio.wait_for(reader, 10)
-    finally:
-        await log.aclose()
-        await engine.dispose()
     assert seqs == [3, 4, 5, 6, 7, 8]
     assert log_reads, "events 3 and 4 exist only in the log"
 
@@ -118,11 +120,7 @@ async def test_stream_subscribed_before_the_run_sends_everything_from_memory_eve
     """An execute's own subscription, taken before the run emitted anything, holds every event:
     its stream sends them all without reading the log, even when they were committed before the
     response started."""
-    engine, sessionmaker, log_reads = await _setup(database_url)
-    metrics = AgentMetrics()
-    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=1000, metrics=metrics)
-    log.start()
-    try:
+    async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, log_reads, metrics):
         channel = log.open_channel("s1", "r1", 1)
         live, _, _ = log.subscribe("s1")
         for i in range(4):
@@ -135,9 +133,6 @@ async def test_stream_subscribed_before_the_run_sends_everything_from_memory_eve
             await asyncio.sleep(0)
         await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
         seqs = await asyncio.wait_for(reader, 10)
-    finally:
-        await log.aclose()
-        await engine.dispose()
     assert seqs == list(range(1, 9))
     assert log_reads == []
     assert metrics.registry.get_sample_value("agent_event_overhead_seconds_count") == 7
@@ -145,10 +140,7 @@ async def test_stream_subscribed_before_the_run_sends_everything_from_memory_eve
 
 
 async def test_stream_whose_early_subscription_overflowed_replays_from_the_log(database_url: str) -> None:
-    engine, sessionmaker, log_reads = await _setup(database_url)
-    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=3, metrics=AgentMetrics())
-    log.start()
-    try:
+    async with _running_log(database_url, live_queue_size=3) as (sessionmaker, log, log_reads, _metrics):
         channel = log.open_channel("s1", "r1", 1)
         live, _, _ = log.subscribe("s1")
         for i in range(5):  # more than the subscription holds: it is cut off
@@ -161,20 +153,13 @@ async def test_stream_whose_early_subscription_overflowed_replays_from_the_log(d
             await asyncio.sleep(0)
         await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
         seqs = await asyncio.wait_for(reader, 10)
-    finally:
-        await log.aclose()
-        await engine.dispose()
     assert seqs == list(range(1, 7))
     assert log_reads, "events 1..5 were read back from the log"
 
 
 async def test_a_live_event_is_written_to_an_idle_reader_inside_emit(database_url: str) -> None:
     """The run writes the event to a reader that keeps up itself: no writer task to wait for."""
-    engine, sessionmaker, _ = await _setup(database_url)
-    metrics = AgentMetrics()
-    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=1000, metrics=metrics)
-    log.start()
-    try:
+    async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, _, metrics):
         channel = log.open_channel("s1", "r1", 1)
         client = _Client()
         streamer = EventStreamer(log, sessionmaker, SETTINGS, metrics)
@@ -187,17 +172,11 @@ async def test_a_live_event_is_written_to_an_idle_reader_inside_emit(database_ur
             assert client.seqs[-1] == i  # written before emit returned
         await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
         await asyncio.wait_for(reader, 10)
-    finally:
-        await log.aclose()
-        await engine.dispose()
     assert client.seqs == [1, 2, 3, 4]
 
 
 async def test_a_reader_whose_writes_block_delays_neither_the_run_nor_another_reader(database_url: str) -> None:
-    engine, sessionmaker, _ = await _setup(database_url)
-    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=3, metrics=AgentMetrics())
-    log.start()
-    try:
+    async with _running_log(database_url, live_queue_size=3) as (sessionmaker, log, _, _metrics):
         channel = log.open_channel("s1", "r1", 1)
         stuck_gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         stuck_writes: list[bytes] = []
@@ -222,18 +201,12 @@ async def test_a_reader_whose_writes_block_delays_neither_the_run_nor_another_re
         assert len(channel.subscribers) == 1
         await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
         await asyncio.wait_for(fast_reader, 10)
-    finally:
-        await log.aclose()
-        await engine.dispose()
     assert fast.seqs == list(range(1, 8))
     assert len(stuck_writes) == 2
 
 
 async def test_a_disconnect_ends_the_stream_and_its_subscription(database_url: str) -> None:
-    engine, sessionmaker, _ = await _setup(database_url)
-    log = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=10, metrics=AgentMetrics())
-    log.start()
-    try:
+    async with _running_log(database_url, live_queue_size=10) as (sessionmaker, log, _, _metrics):
         channel = log.open_channel("s1", "r1", 1)
         client = _Client()
         disconnected = asyncio.Event()
@@ -249,7 +222,4 @@ async def test_a_disconnect_ends_the_stream_and_its_subscription(database_url: s
         assert not channel.subscribers
         log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text="t2"))
         await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
-    finally:
-        await log.aclose()
-        await engine.dispose()
     assert client.seqs == [1]
