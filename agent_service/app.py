@@ -39,6 +39,7 @@ from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.logging import RequestIdMiddleware
 from shared.protocol import ErrorBody
+from shared.runtime import tune_process
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,7 @@ def create_app(
                 ),
                 metrics,
             )
+            tune_process()
             yield
         finally:
             if manager is not None:

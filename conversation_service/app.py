@@ -55,6 +55,7 @@ from shared.heap_profile import install_heap_profile
 from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.logging import RequestIdMiddleware
+from shared.runtime import tune_process
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +192,7 @@ def create_app(
         app.state.services = state
         expiry.start()
         state.agent_health.start(max(delegation_settings.agent_health_cache_s, 5.0))
+        tune_process()
         try:
             yield
         finally:
