@@ -15,12 +15,14 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from conversation_service.agent_delegation.breaker import CircuitBreaker
 from conversation_service.agent_delegation.repository import InteractionRepository
 from conversation_service.agent_delegation.service import AgentDelegation, TurnRequest
+from conversation_service.agent_delegation.turns import ClaimReadAhead
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.db.models import AgentSessionStatus, Conversation, Message
 from conversation_service.db.repository import unit_of_work
 from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.messages.dispatch import RouteDecision
 from conversation_service.routing.router import MessageRouter
+from conversation_service.routing.schemas import RouteDecision as RoutingDecision
 from conversation_service.routing.schemas import RouteTarget
 from conversation_service.tasks import TaskSupervisor
 from shared.protocol import Answer, utcnow
@@ -49,11 +51,22 @@ class AgentReplyDispatcher:
         self._tasks = tasks
 
     async def dispatch(self, conversation: Conversation, user_message: Message) -> RouteDecision:
+        turns = self._delegation.turns.get(conversation.id)
+        registered_before, idle = turns.registered, turns.idle
+        decision: RoutingDecision | None = None
+        read_ahead: ClaimReadAhead | None = None
         async with unit_of_work(self._sessionmaker) as session:
             open_row = await AgentSessionRepository(session).get_open_for_conversation(conversation.id)
             pending = None
             if open_row is not None and open_row.status == AgentSessionStatus.AWAITING_USER.value:
                 pending = await InteractionRepository(session).pending_for_conversation(conversation.id)
+            elif open_row is not None:
+                decision = self._route(conversation, user_message, has_active_session=True)
+                if decision.target is RouteTarget.AGENT and idle:
+                    # The turn would claim this session and read this history in a transaction of
+                    # its own; read it here, in this one (see ``turns``).
+                    history = await self._delegation.read_history(session, user_message)
+                    read_ahead = ClaimReadAhead(open_row, history, turns, registered_before)
 
         if pending is not None and self._delegation.settings.ask_user_chat_message_is_answer:
             if pending.expires_at > utcnow():
@@ -68,16 +81,12 @@ class AgentReplyDispatcher:
                 await self._delegation.expire_question(pending)
                 open_row = None  # the session was abandoned: this message starts a fresh one
 
-        decision = self._router.route(
-            user_message.content,
-            user_id=conversation.owner_id,
-            org_id=conversation.org_id,
-            has_active_session=open_row is not None,
-            agent_available=self._breaker.allows_calls,
-        )
+        if decision is None:
+            decision = self._route(conversation, user_message, has_active_session=open_row is not None)
         if decision.target is RouteTarget.AGENT:
             self.start_agent_turn(
-                conversation, user_message, TurnRequest(text=decision.message, route_reason=decision.reason.value)
+                conversation, user_message, TurnRequest(text=decision.message, route_reason=decision.reason.value),
+                read_ahead,
             )
             return RouteDecision(target=AGENT, reason=decision.reason.value)
         notice = ("agent_unavailable", decision.notice) if decision.notice else None
@@ -88,7 +97,27 @@ class AgentReplyDispatcher:
         )
         return RouteDecision(target=DIRECT, reason=decision.reason.value)
 
-    def start_agent_turn(self, conversation: Conversation, user_message: Message, request: TurnRequest) -> None:
-        self._tasks.spawn(
-            self._delegation.run_turn(conversation, user_message, request), name=f"agent-turn:{user_message.id}"
+    def _route(self, conversation: Conversation, user_message: Message, *, has_active_session: bool) -> RoutingDecision:
+        return self._router.route(
+            user_message.content,
+            user_id=conversation.owner_id,
+            org_id=conversation.org_id,
+            has_active_session=has_active_session,
+            agent_available=self._breaker.allows_calls,
         )
+
+    def start_agent_turn(
+        self, conversation: Conversation, user_message: Message, request: TurnRequest,
+        read_ahead: ClaimReadAhead | None = None,
+    ) -> None:
+        turns = self._delegation.register_turn(conversation.id)
+        if read_ahead is not None and not (read_ahead.turns is turns and read_ahead.still_valid()):
+            read_ahead = None  # another turn started meanwhile: this one claims as usual
+        try:
+            self._tasks.spawn(
+                self._delegation.run_turn(conversation, user_message, request, turns, read_ahead),
+                name=f"agent-turn:{user_message.id}",
+            )
+        except BaseException:
+            turns.in_flight -= 1
+            raise

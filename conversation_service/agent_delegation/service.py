@@ -19,12 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from conversation_service.agent_client import (
     AgentConnectError,
@@ -43,6 +42,7 @@ from conversation_service.agent_delegation.processor import (
 )
 from conversation_service.agent_delegation.repository import DeadLetterRepository, InteractionRepository
 from conversation_service.agent_delegation.settings import DelegationSettings
+from conversation_service.agent_delegation.turns import ClaimReadAhead, ConversationTurns, TurnRegistry
 from conversation_service.agent_sessions.errors import AgentSessionConflict
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.agent_sessions.service import AgentSessionService
@@ -112,21 +112,33 @@ class AgentDelegation:
         self._publisher = publisher
         self._metrics = metrics
         self.settings = settings
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self.turns = TurnRegistry()
 
-    def _lock(self, conversation_id: str) -> asyncio.Lock:
-        lock = self._locks.get(conversation_id)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[conversation_id] = lock
-        return lock
+    def register_turn(self, conversation_id: str) -> ConversationTurns:
+        """Count a turn as started (before its task runs): a claim read ahead of it can tell."""
+        turns = self.turns.get(conversation_id)
+        turns.registered += 1
+        turns.in_flight += 1
+        return turns
 
-    async def run_turn(self, conversation: Conversation, user_message: Message, request: TurnRequest) -> None:
-        """Background task of one delegated message; returns when the reply has ended."""
+    async def read_history(self, session: AsyncSession, user_message: Message) -> list[Message]:
+        """The finished messages before ``user_message`` that a turn's history is windowed from."""
+        return await MessageRepository(session).complete_before(user_message, self._history.settings.max_input_messages)
+
+    async def run_turn(
+        self,
+        conversation: Conversation,
+        user_message: Message,
+        request: TurnRequest,
+        turns: ConversationTurns,
+        read_ahead: ClaimReadAhead | None = None,
+    ) -> None:
+        """Background task of one delegated message (registered with ``register_turn``); returns
+        when the reply has ended."""
         token = conversation_id_var.set(conversation.id)
         try:
-            async with self._lock(conversation.id):
-                await self._run_turn(conversation, user_message, request)
+            async with turns.lock:
+                await self._run_turn(conversation, user_message, request, read_ahead)
         except Exception:
             # Last line of defence: the user must learn that this message got no answer.
             log.exception("agent turn failed", extra={"message_id": user_message.id})
@@ -137,11 +149,18 @@ class AgentDelegation:
                 boundary=True,
             )
         finally:
+            turns.in_flight -= 1
             conversation_id_var.reset(token)
 
-    async def _run_turn(self, conversation: Conversation, user_message: Message, request: TurnRequest) -> None:
+    async def _run_turn(
+        self, conversation: Conversation, user_message: Message, request: TurnRequest,
+        read_ahead: ClaimReadAhead | None,
+    ) -> None:
         started = time.perf_counter()
-        claimed = await self._claim_session(conversation.id, user_message)
+        if read_ahead is not None:
+            claimed = read_ahead.row, read_ahead.history
+        else:
+            claimed = await self._claim_session(conversation.id, user_message)
         if claimed is None:
             await self._publisher.emit(
                 conversation.id, FrameType.NOTICE,
@@ -213,10 +232,7 @@ class AgentDelegation:
                     row, _created = await AgentSessionService(session).get_or_create_open(
                         conversation_id, profile_name=self.settings.agent_profile_name
                     )
-                    history = await MessageRepository(session).complete_before(
-                        user_message, self._history.settings.max_input_messages
-                    )
-                    return row, history
+                    return row, await self.read_history(session, user_message)
             except AgentSessionConflict:
                 # Another replica's claim is not committed yet; its commit is a few ms away.
                 await asyncio.sleep(0.05 * (attempt + 1))

@@ -50,6 +50,8 @@ class ExecuteCall:
     mode: str
     # The ConversationService sends its conversation id in the execute's metadata.
     conversation_id: str | None = None
+    # The contents of the chat history it sent, oldest first.
+    chat_history: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -103,7 +105,8 @@ class FakeAgentService:
         key = request.headers.get("idempotency-key")
         self.execute_calls.append(ExecuteCall(key, request.headers.get("x-api-key"), body.get("session_id"),
                                               body.get("message", ""), mode,
-                                              (body.get("metadata") or {}).get("conversation_id")))
+                                              (body.get("metadata") or {}).get("conversation_id"),
+                                              [m.get("content", "") for m in body.get("chat_history") or ()]))
         self._call_seen.set()
         if request.headers.get("x-api-key") != self.api_key:
             return JSONResponse({"error": "unauthorized", "detail": None}, status_code=401)
