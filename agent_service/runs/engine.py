@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -162,7 +162,13 @@ class ReActEngine:
         self.tool_timeout_s = tool_timeout_s
         self.max_tool_result_chars = max_tool_result_chars
 
-    async def run(self, ctx: RunContext, state: RunState, emit: Emit, resume: Resume | None = None) -> Outcome:
+    async def run(
+        self, ctx: RunContext, state: RunState, emit: Emit, resume: Resume | None = None,
+        ready: Awaitable[None] | None = None,
+    ) -> Outcome:
+        """Run until an answer, a question or a failure. ``ready``, when given, is awaited before the
+        first event is emitted (the caller's bookkeeping may still be under way when the first
+        model call starts)."""
         answer: list[str] = []
         if resume is not None and state.pending_calls:
             call = state.pending_calls.pop(0)
@@ -193,11 +199,12 @@ class ReActEngine:
                         f"{profile.max_context_tokens}",
                     )
             try:
-                text, calls = await self._model_turn(state, specs, options, emit, answer)
+                text, calls = await self._model_turn(state, specs, options, emit, answer, ready)
             except LLMError as exc:
                 code = ErrorCode.LLM_UNAVAILABLE if exc.retryable else ErrorCode.LLM_ERROR
                 log.warning("model call failed", extra={"error_type": type(exc).__name__, "code": code.value})
                 return Failed(code, f"the language model failed: {exc}")
+            ready = None
             state.transcript.append(LLMMessage(role="assistant", content=text, tool_calls=tuple(calls)))
             if not calls:
                 return Completed(answer="".join(answer), usage=state.usage)
@@ -210,7 +217,8 @@ class ReActEngine:
         )
 
     async def _model_turn(
-        self, state: RunState, specs, options: CompletionOptions, emit: Emit, answer: list[str]
+        self, state: RunState, specs, options: CompletionOptions, emit: Emit, answer: list[str],
+        ready: Awaitable[None] | None = None,
     ) -> tuple[str, list[ToolCall]]:
         text: list[str] = []
         reasoning: list[str] = []
@@ -231,6 +239,8 @@ class ReActEngine:
                 if first:
                     self.metrics.llm_ttft.observe(time.perf_counter() - started)
                     first = False
+                    if ready is not None:
+                        await ready
                 if isinstance(event, TextDelta):
                     if not event.text:
                         continue

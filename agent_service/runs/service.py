@@ -33,6 +33,7 @@ from agent_service.errors import (
 )
 from agent_service.metrics import AgentMetrics
 from agent_service.models import AgentRun, AgentSession
+from agent_service.profiles.schemas import Profile
 from agent_service.profiles.service import ProfileStore
 from agent_service.runs.engine import (
     Completed,
@@ -80,8 +81,14 @@ class ActiveRun:
     # The transcript as it was when the run started: what a failed run leaves on the session.
     start_transcript: list[dict]
     resume: Resume | None
-    channel: SessionChannel
+    # Opened once the run's claim has committed (see ``claimed``); events go to it.
+    channel: SessionChannel | None
     task: asyncio.Task[None] | None = None
+    # A run whose model call starts while its claim is still being written (``start_unclaimed``):
+    # done once the claim has committed; the run writes nothing before. None: claimed already.
+    claimed: asyncio.Future[None] | None = None
+    # Its claim failed: the run ends without a trace (it never was this session's run).
+    discarded: bool = False
     cancel_requested: bool = False
     # Set by the task's first step: a task cancelled before it ever ran would skip its clean-up.
     started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -133,6 +140,27 @@ class RunManager:
         self._runs[run.handle.session_id] = run
         run.task = asyncio.create_task(self._drive(run), name=f"agent-run-{run.handle.run_id}")
 
+    def start_unclaimed(self, run: ActiveRun) -> None:
+        """Start ``run`` while its claim is still being written, so its model call overlaps the
+        claim's commit; it waits for ``confirm`` before its first event and is not one of this
+        process's runs (cancels, leases, shutdown) until then."""
+        run.claimed = asyncio.get_running_loop().create_future()
+        run.task = asyncio.create_task(self._drive(run), name=f"agent-run-{run.handle.run_id}")
+
+    def confirm(self, run: ActiveRun, handle: RunHandle, channel: SessionChannel) -> None:
+        """The claim of a run started unclaimed has committed: it goes on as this session's run."""
+        assert run.claimed is not None
+        run.handle, run.channel = handle, channel
+        self._runs[handle.session_id] = run
+        run.claimed.set_result(None)
+
+    def discard(self, run: ActiveRun) -> None:
+        """The claim of a run started unclaimed failed: stop its model call, write nothing."""
+        assert run.claimed is not None and run.task is not None
+        run.discarded = True
+        run.claimed.cancel()
+        run.task.cancel()
+
     def _emit(self, run: ActiveRun) -> Callable[[EventType, BaseModel], None]:
         def emit(type_: EventType, data: BaseModel) -> None:
             if run.taken_over:  # its seqs belong to the replica that ended it
@@ -151,8 +179,14 @@ class RunManager:
         log.info("run started", extra={"run_id": run.handle.run_id, "resume": run.resume is not None})
         try:
             try:
-                outcome: Outcome = await self._engine.run(run.context, run.state, self._emit(run), run.resume)
+                outcome: Outcome = await self._engine.run(
+                    run.context, run.state, self._emit(run), run.resume, ready=run.claimed
+                )
+                if run.claimed is not None:
+                    await run.claimed  # a model that failed at once: its ERROR belongs to a claimed run
             except asyncio.CancelledError:
+                if run.discarded:
+                    return
                 task = asyncio.current_task()
                 if task is not None:
                     task.uncancel()
@@ -175,7 +209,8 @@ class RunManager:
             log.exception("run could not be finalised", extra={"run_id": run.handle.run_id})
         finally:
             self._metrics.active_runs.dec()
-            self._runs.pop(run.handle.session_id, None)
+            if self._runs.get(run.handle.session_id) is run:
+                del self._runs[run.handle.session_id]
             session_id_var.reset(token)
 
     async def _finish(self, run: ActiveRun, outcome: Outcome) -> None:
@@ -349,6 +384,22 @@ class RunService:
         run_id = uuid.uuid4().hex
         resume: Resume | None = None
         expired_question = False
+        early: ActiveRun | None = None
+
+        def start_early(state: RunState, first_seq: int, profile: Profile) -> None:
+            # A new message's run starts before its claim is written: the model's time to first
+            # token covers the claim's writes and commit, which otherwise came before the model
+            # call. It writes nothing until the claim has committed (RunManager.confirm).
+            nonlocal early
+            if resume is None:
+                early = ActiveRun(
+                    handle=RunHandle(session_id=session_id, run_id=run_id, first_seq=first_seq),
+                    context=RunContext(session_id=session_id, run_id=run_id, profile=profile,
+                                       user_context=request.user_context),
+                    state=state, start_transcript=[m.to_dict() for m in state.transcript], resume=None, channel=None,
+                )
+                self._manager.start_unclaimed(early)
+
         try:
             async with self._sessionmaker.begin() as db:
                 if key is not None:
@@ -403,6 +454,7 @@ class RunService:
                     if request.answer is None or not expired_question:
                         state = self._state_for(session, request, profile.system_prompt, resume)
                         first_seq = session.last_seq + 1
+                        start_early(state, first_seq, profile)
                         claimed = await sessions.claim(
                             session_id, run_id, now,
                             {"profile_name": profile.name, "transcript": [m.to_dict() for m in state.transcript],
@@ -414,6 +466,7 @@ class RunService:
                     profile = self._profiles.get(profile_name)
                     state = RunState(transcript=self._initial_transcript(request, profile.system_prompt))
                     first_seq = 1
+                    start_early(state, first_seq, profile)
                     sessions.add(
                         AgentSession(
                             id=session_id, profile_name=profile.name, status=SessionStatus.ACTIVE.value,
@@ -433,12 +486,18 @@ class RunService:
                     )
                     await db.flush()
         except IntegrityError:
+            if early is not None:
+                self._manager.discard(early)
             # A concurrent execute with the same Idempotency-Key (or session id) won the race.
             if key is not None:
                 joined = await self._join(request, key)
                 if joined is not None:
                     return joined
             raise RunInProgress({"message": "a concurrent execute created this run", "session_id": session_id})
+        except BaseException:
+            if early is not None:
+                self._manager.discard(early)
+            raise
         if expired_question and request.answer is not None:
             raise QuestionExpired("the question expired before it was answered; send a new message")
 
@@ -447,10 +506,13 @@ class RunService:
             else request.user_context
         )
         channel = self._log.open_channel(session_id, run_id, first_seq)
-        # Subscribed before the run's task exists: its first events go straight to this execute's
+        # Subscribed before the run can emit: its first events go straight to this execute's
         # stream, never through a log read that would queue behind other runs' group commits.
         live, _, _ = self._log.subscribe(session_id)
         handle = RunHandle(session_id=session_id, run_id=run_id, first_seq=first_seq, live=live)
+        if early is not None:
+            self._manager.confirm(early, handle, channel)
+            return handle
         self._manager.start(
             ActiveRun(
                 handle=handle,
