@@ -8,6 +8,8 @@ The ConversationService is the real app on loopback (SQLite and PostgreSQL); the
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 from tests.integration.conversation_service.support import connect
 from tests.integration.delegation.fake_agent import ANSWER, HOLD, OK
 from tests.integration.delegation.stack import recv_until
@@ -39,16 +41,23 @@ def _completes(n: int):
     return done
 
 
-async def test_a_follow_up_uses_the_routing_read_and_carries_the_last_answer(database_url: str) -> None:
+@asynccontextmanager
+async def _opened_conversation(database_url: str):
+    """A conversation whose first agent turn has ended (its agent session stays open)."""
     async with fake_stack(database_url) as (fake, stack):
         claims = _count_claims(stack)
         cid = await stack.conversation()
         async with await connect(stack.chat_url, cid, "alice") as ws:
             await send_agent_message(stack, cid, "/agent first question")
             await recv_until(ws, _completes(1))
-            # The open session keeps the conversation with the agent; nothing else is under way.
-            await send_agent_message(stack, cid, "second question")
-            await recv_until(ws, _completes(1))
+            yield fake, stack, cid, ws, claims
+
+
+async def test_a_follow_up_uses_the_routing_read_and_carries_the_last_answer(database_url: str) -> None:
+    async with _opened_conversation(database_url) as (fake, stack, cid, ws, claims):
+        # The open session keeps the conversation with the agent; nothing else is under way.
+        await send_agent_message(stack, cid, "second question")
+        await recv_until(ws, _completes(1))
     assert claims == ["/agent first question"]  # the first turn created the session; the second read ahead
     first, second = fake.execute_calls
     assert first.session_id is None and second.session_id == first_session_id(fake)
@@ -56,20 +65,15 @@ async def test_a_follow_up_uses_the_routing_read_and_carries_the_last_answer(dat
 
 
 async def test_a_message_sent_during_a_turn_claims_after_that_turn(database_url: str) -> None:
-    async with fake_stack(database_url) as (fake, stack):
-        claims = _count_claims(stack)
-        cid = await stack.conversation()
-        async with await connect(stack.chat_url, cid, "alice") as ws:
-            await send_agent_message(stack, cid, "/agent first question")
-            await recv_until(ws, _completes(1))
-            fake.then(HOLD, OK)
-            await send_agent_message(stack, cid, "second question")
-            await fake.wait_for_calls(2)
-            # Sent while the second turn is held at the Agent Service: routed while a turn is in
-            # flight, so its history is read after that turn, not while routing.
-            await send_agent_message(stack, cid, "third question")
-            fake.release()
-            await recv_until(ws, _completes(2))
+    async with _opened_conversation(database_url) as (fake, stack, cid, ws, claims):
+        fake.then(HOLD, OK)
+        await send_agent_message(stack, cid, "second question")
+        await fake.wait_for_calls(2)
+        # Sent while the second turn is held at the Agent Service: routed while a turn is in
+        # flight, so its history is read after that turn, not while routing.
+        await send_agent_message(stack, cid, "third question")
+        fake.release()
+        await recv_until(ws, _completes(2))
     assert claims == ["/agent first question", "third question"]
     # Its history is what came before it: the second question (whose answer started later).
     second, third = fake.execute_calls[1:]
