@@ -49,6 +49,7 @@ from agent_service.runs.engine import (
 from agent_service.runs.event_log import EventLog, RunTakenOver, SessionChannel
 from agent_service.runs.repository import RunRepository
 from agent_service.runs.schemas import RunHandle
+from agent_service.runs.snapshots import SessionSnapshot, SessionSnapshots
 from agent_service.sessions.repository import SessionRepository
 from agent_service.settings import AgentServiceSettings
 from shared.llm.base import LLMMessage
@@ -123,6 +124,8 @@ class RunManager:
         self.owner_id = owner_id
         self.lease_seconds = lease_seconds
         self._runs: dict[str, ActiveRun] = {}
+        # Sessions whose last run this process completed: a new message may start from them.
+        self.snapshots = SessionSnapshots()
         self._shutting_down = False
         # Cancels asked for through another replica, running in the background (strong references).
         self._remote_cancels: set[asyncio.Task[bool]] = set()
@@ -258,7 +261,10 @@ class RunManager:
                 raise RunTakenOver(handle.run_id)
             await SessionRepository(db).update(handle.session_id, updated_at=now, **session_values)
 
-        await self._log.emit_final(run.channel, type_, data, finalize)
+        final = await self._log.emit_final(run.channel, type_, data, finalize)
+        if isinstance(outcome, Completed):
+            self.snapshots.remember(handle.session_id, SessionSnapshot(
+                run_id=handle.run_id, last_seq=final.seq, transcript=session_values["transcript"]))
         log.info("run ended", extra={"run_id": handle.run_id, "outcome": type_.value, "code": error_code})
 
     async def cancel(self, session_id: str) -> bool:
@@ -400,6 +406,15 @@ class RunService:
                 )
                 self._manager.start_unclaimed(early)
 
+        # A new message to a session whose last run this process completed starts from that run's
+        # transcript, before the session is even read; the read below confirms it.
+        snapshot = None
+        if request.session_id is not None and request.answer is None:
+            snapshot = self._manager.snapshots.take(session_id)
+        if snapshot is not None:
+            start_early(self._continued(snapshot.transcript, request), snapshot.last_seq + 1,
+                        self._profiles.get(profile_name))
+
         try:
             async with self._sessionmaker.begin() as db:
                 if key is not None:
@@ -409,6 +424,8 @@ class RunService:
                     # unique index below.
                     joined = await self._joined(db, request, key)
                     if joined is not None:
+                        if early is not None:
+                            self._manager.discard(early)
                         return joined
                 sessions = SessionRepository(db)
                 session = await sessions.get_for_update(session_id) if request.session_id else None
@@ -454,7 +471,13 @@ class RunService:
                     if request.answer is None or not expired_question:
                         state = self._state_for(session, request, profile.system_prompt, resume)
                         first_seq = session.last_seq + 1
-                        start_early(state, first_seq, profile)
+                        if early is not None and not (snapshot is not None and snapshot.matches(session)
+                                                      and early.context.profile.name == profile.name):
+                            self._manager.discard(early)  # the session changed since: start from it
+                            early = None
+                        if early is None:
+                            start_early(state, first_seq, profile)
+                        state = early.state if early is not None else state
                         claimed = await sessions.claim(
                             session_id, run_id, now,
                             {"profile_name": profile.name, "transcript": [m.to_dict() for m in state.transcript],
@@ -545,13 +568,16 @@ class RunService:
     ) -> RunState:
         if resume is not None:
             return RunState.from_json(session.transcript, session.run_state)
+        if not session.transcript:
+            return RunState(transcript=self._initial_transcript(request, system_prompt))
+        return self._continued(session.transcript, request)
+
+    @staticmethod
+    def _continued(transcript: list[dict], request: ExecuteRequest) -> RunState:
         # A new message continues the session's own transcript (it holds the tool calls the
         # caller's chat history does not); the caller's history seeds only a new session.
-        state = RunState.from_json(session.transcript, None)
-        if not state.transcript:
-            state.transcript = self._initial_transcript(request, system_prompt)
-        else:
-            state.transcript.append(LLMMessage(role="user", content=request.message))
+        state = RunState.from_json(transcript, None)
+        state.transcript.append(LLMMessage(role="user", content=request.message))
         return state
 
     async def _expire(self, db: AsyncSession, session: AgentSession, now) -> None:

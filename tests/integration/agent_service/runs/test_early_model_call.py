@@ -124,3 +124,21 @@ async def test_a_failed_claim_leaves_no_trace_of_the_run(agent_factory, db) -> N
             assert (await reader.scalar(select(AgentEvent.seq).where(AgentEvent.session_id == session_id)
                                         .order_by(AgentEvent.seq.desc()).limit(1))) == events_before
         assert agent.app.state.run_manager.get(session_id) is None  # type: ignore[attr-defined]
+
+
+async def test_a_session_changed_elsewhere_starts_from_the_database(agent_factory, db) -> None:
+    """This process completed the session's last run, but another replica ran it since: the early
+    call from the remembered transcript is dropped and the run continues the stored one."""
+    async with agent_factory() as agent:
+        session_id = await _session_with_one_turn(agent)
+        async with db.sessionmaker() as writer:
+            session = await writer.get(AgentSession, session_id)
+            session.transcript = [*session.transcript, {"role": "user", "content": "my name is Ada"},
+                                  {"role": "assistant", "content": "Nice to meet you, Ada."}]
+            session.current_run_id, session.last_seq = uuid.uuid4().hex, session.last_seq + 5
+            last_seq = session.last_seq
+            await writer.commit()
+        result = await agent.execute("what is my name?", body={"session_id": session_id})
+    assert result.status == 200, result.body
+    assert result.events[0].seq == last_seq + 1
+    assert result.last.type.value == "COMPLETE" and "Ada" in result.last.data["answer"]
