@@ -37,6 +37,21 @@ PING = json.dumps({"type": "ping", "data": {}})
 PONG = {"type": "pong", "data": {}}
 
 
+async def publish_until_write_waits(publisher, cid: str, fast: Reader, fast_conn, stuck_conn, *, read_before: int) -> int:
+    """Publish 16 KB deltas (n = 1, 2 ... in a new conversation, so n is the seq) until the write to
+    ``stuck_conn``, whose client does not read, has to wait; ``fast`` (which had ``read_before``
+    frames) gets each one inside its publish. Returns the n of that last frame."""
+    published = 0
+    while True:
+        assert published < MAX_FRAMES, "the write to the client that does not read never blocked"
+        published += 1
+        frame = await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": published, "text": FRAME_TEXT})
+        assert frame.seq == published and fast_conn.last_sent == frame.seq
+        if stuck_conn.last_sent < frame.seq:
+            return published
+        await fast.wait_for(read_before + published, timeout=10)
+
+
 def capture_connections(hub) -> list:
     """The hub's subscribers as they subscribe: the server's ``ClientConnection`` of each client."""
     connections: list = []
@@ -99,18 +114,8 @@ async def test_a_blocked_client_delays_no_other_and_is_cut_off_past_its_queue(da
             async def publish(n: int):
                 return await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": FRAME_TEXT})
 
-            # Both get each frame as it is published, until the slow client's socket is full and
-            # the write to it has to wait.
-            published = 0
-            while True:
-                assert published < MAX_FRAMES, "the write to the client that does not read never blocked"
-                published += 1
-                frame = await publish(published)
-                assert fast_conn.last_sent == frame.seq
-                if slow_conn.last_sent < frame.seq:
-                    break
-                await fast.wait_for(1 + published, timeout=10)
-            blocked_at = frame.seq
+            published = blocked_at = await publish_until_write_waits(
+                publisher, cid, fast, fast_conn, slow_conn, read_before=1)
 
             # From here on nothing lets the loop run, so the slow client's write stays blocked. Its
             # queue takes QUEUE_SIZE frames; the fast client gets each one inside the publish.
@@ -159,12 +164,7 @@ async def test_a_client_gone_while_its_write_waits_ends_alone(database_url: str,
             fast_conn, gone_conn = connections
             await gone.send(PING)
             assert json.loads(await asyncio.wait_for(gone.recv(), 10)) == PONG
-            published = 0
-            while gone_conn.last_sent == published:
-                assert published < MAX_FRAMES, "the write to the client that does not read never blocked"
-                published += 1
-                await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": published, "text": FRAME_TEXT})
-                await fast.wait_for(published, timeout=10)
+            published = await publish_until_write_waits(publisher, cid, fast, fast_conn, gone_conn, read_before=0)
 
             caplog.set_level(logging.ERROR, logger="conversation_service")
             gone.transport.abort()  # the client vanishes with a write to it under way
