@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     from agent_service.app import create_app
 
     uvicorn.run(
-        create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False,
+        create_app(settings, own_process=True), host=args.host, port=args.port, log_config=None, access_log=False,
         # Streams end on their own after a terminal event; give them a moment on shutdown.
         timeout_graceful_shutdown=5,
         timeout_keep_alive=settings.keep_alive_timeout_s,

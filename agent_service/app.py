@@ -106,7 +106,11 @@ def create_app(
     *,
     provider: LLMProvider | None = None,
     tools: ToolLookup | None = None,
+    own_process: bool = False,
 ) -> FastAPI:
+    """The Agent Service app. ``own_process``: the app is the process's service (``python -m
+    agent_service``), so it may tune the interpreter once started (``shared.runtime``); an app
+    embedded in another process (tests, a host application) leaves it alone."""
     settings = settings or AgentServiceSettings()
 
     @asynccontextmanager
@@ -182,7 +186,8 @@ def create_app(
                 ),
                 metrics,
             )
-            tune_process()
+            if own_process:
+                tune_process()
             yield
         finally:
             if manager is not None:

@@ -17,7 +17,7 @@ def _serve(args: argparse.Namespace) -> None:
     settings = ConversationSettings()
     configure_logging("conversation_service", settings.log_level)
     uvicorn.run(
-        create_app(settings), host=args.host, port=args.port, log_config=None, ws="websockets-sansio",
+        create_app(settings, own_process=True), host=args.host, port=args.port, log_config=None, ws="websockets-sansio",
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )
 

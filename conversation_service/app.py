@@ -87,7 +87,11 @@ def create_app(
     delegation_settings: DelegationSettings | None = None,
     routing_settings: RoutingSettings | None = None,
     history_settings: HistorySettings | None = None,
+    own_process: bool = False,
 ) -> FastAPI:
+    """The ConversationService app. ``own_process``: the app is the process's service (``python -m
+    conversation_service``), so it may tune the interpreter once started (``shared.runtime``); an
+    app embedded in another process (tests, a host application) leaves it alone."""
     settings = settings or ConversationSettings()
     delegation_settings = delegation_settings or DelegationSettings()
     routing_settings = routing_settings or RoutingSettings()
@@ -192,7 +196,8 @@ def create_app(
         app.state.services = state
         expiry.start()
         state.agent_health.start(max(delegation_settings.agent_health_cache_s, 5.0))
-        tune_process()
+        if own_process:
+            tune_process()
         try:
             yield
         finally:

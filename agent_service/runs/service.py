@@ -471,13 +471,13 @@ class RunService:
                     if request.answer is None or not expired_question:
                         state = self._state_for(session, request, profile.system_prompt, resume)
                         first_seq = session.last_seq + 1
-                        if early is not None and not (snapshot is not None and snapshot.matches(session)
-                                                      and early.context.profile.name == profile.name):
+                        if early is not None and not (snapshot is not None and snapshot.matches(session)):
                             self._manager.discard(early)  # the session changed since: start from it
                             early = None
                         if early is None:
                             start_early(state, first_seq, profile)
-                        state = early.state if early is not None else state
+                        else:
+                            state = early.state  # the same transcript: the snapshot was confirmed
                         claimed = await sessions.claim(
                             session_id, run_id, now,
                             {"profile_name": profile.name, "transcript": [m.to_dict() for m in state.transcript],
