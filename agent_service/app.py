@@ -39,7 +39,7 @@ from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.logging import RequestIdMiddleware
 from shared.protocol import ErrorBody
-from shared.runtime import tune_process
+from shared.fastpath.process import tune_process
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def create_app(
     own_process: bool = False,
 ) -> FastAPI:
     """The Agent Service app. ``own_process``: the app is the process's service (``python -m
-    agent_service``), so it may tune the interpreter once started (``shared.runtime``); an app
+    agent_service``), so it may tune the interpreter once started (``shared.fastpath.process``); an app
     embedded in another process (tests, a host application) leaves it alone."""
     settings = settings or AgentServiceSettings()
 

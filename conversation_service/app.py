@@ -55,7 +55,7 @@ from shared.heap_profile import install_heap_profile
 from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.logging import RequestIdMiddleware
-from shared.runtime import tune_process
+from shared.fastpath.process import tune_process
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def create_app(
     own_process: bool = False,
 ) -> FastAPI:
     """The ConversationService app. ``own_process``: the app is the process's service (``python -m
-    conversation_service``), so it may tune the interpreter once started (``shared.runtime``); an
+    conversation_service``), so it may tune the interpreter once started (``shared.fastpath.process``); an
     app embedded in another process (tests, a host application) leaves it alone."""
     settings = settings or ConversationSettings()
     delegation_settings = delegation_settings or DelegationSettings()

@@ -25,7 +25,7 @@ from agent_service.metrics import AgentMetrics
 from agent_service.profiles.schemas import Profile
 from agent_service.tools.ask_user import ASK_USER_TOOL_NAME, validate_question
 from agent_service.tools.base import Tool, ToolContext, ToolError
-from shared.eager import FairShare
+from shared.fastpath.fair_share import FairShare
 from shared.llm.base import (
     CompletionOptions,
     LLMDone,

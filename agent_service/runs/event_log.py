@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from agent_service.metrics import AgentMetrics
 from agent_service.runs.repository import EventRepository, RunRepository
 from agent_service.sessions.repository import SessionRepository
-from shared.eager import Handoff
+from shared.fastpath.handoff import Handoff
 from shared.protocol import EventEnvelope, EventType, utcnow
 from shared.sse import encode_envelope
 

@@ -20,7 +20,7 @@ from agent_service.metrics import AgentMetrics
 from agent_service.runs.event_log import EventLog, LiveEvent, LiveSubscription
 from agent_service.runs.repository import EventRepository
 from agent_service.sessions.repository import SessionRepository
-from shared.eager import Handoff
+from shared.fastpath.handoff import Handoff
 from shared.protocol import EventEnvelope, SessionStatus
 from shared.sse import SSE_MEDIA_TYPE, encode_comment, encode_envelope, encode_retry
 

@@ -53,7 +53,8 @@ from conversation_service.messages.repository import MessageRepository
 from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
-from shared.eager import FairShare, Handoff
+from shared.fastpath.fair_share import FairShare
+from shared.fastpath.handoff import Handoff
 from shared.protocol import (
     AskUserData,
     CompleteData,

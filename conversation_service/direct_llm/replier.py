@@ -20,7 +20,7 @@ from conversation_service.messages.schemas import MessageOut
 from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
-from shared.eager import FairShare
+from shared.fastpath.fair_share import FairShare
 from shared.llm.base import LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
 from shared.logging import conversation_id_var
 

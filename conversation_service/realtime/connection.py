@@ -22,7 +22,7 @@ from conversation_service.db.repository import unit_of_work
 from conversation_service.realtime.frames import Frame
 from conversation_service.realtime.repository import FrameRepository
 from conversation_service.state import ServiceState
-from shared.eager import Handoff
+from shared.fastpath.handoff import Handoff
 
 log = logging.getLogger(__name__)
 

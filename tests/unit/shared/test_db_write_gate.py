@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-import shared.db as db
+from shared import db
+from shared.fastpath import sqlite_gate
 
 
 @pytest.fixture
@@ -68,7 +69,7 @@ async def test_a_rollback_gives_the_turn_back(engine) -> None:
 
 
 async def test_a_writer_that_gets_no_turn_fails_with_a_clear_error(engine, monkeypatch) -> None:
-    monkeypatch.setattr(db, "WRITE_WAIT_S", 0.2)
+    monkeypatch.setattr(sqlite_gate, "WRITE_WAIT_S", 0.2)
     wrote, release = asyncio.Event(), asyncio.Event()
     holder = asyncio.create_task(_hold_write(engine, wrote, release))
     await wrote.wait()

@@ -14,7 +14,7 @@ from agent_service.runs.event_log import EventLog, LiveEvent, LiveSubscription
 from agent_service.runs.repository import EventRepository
 from agent_service.sessions.repository import SessionRepository
 from shared.db import create_engine, create_sessionmaker
-from shared.eager import Handoff
+from shared.fastpath.handoff import Handoff
 from shared.protocol import AnswerChunkData, CompleteData, EventEnvelope, EventType, utcnow
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from shared.runtime import DRIVER_THREAD_SWITCH_S, tune_process
+from shared.fastpath.process import DRIVER_THREAD_SWITCH_S, tune_process
 
 
 def test_tune_process_shortens_gil_turns_and_freezes_the_heap() -> None:

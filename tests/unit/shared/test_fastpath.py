@@ -8,7 +8,9 @@ import contextvars
 
 import pytest
 
-from shared.eager import FairShare, Handoff, run_now, start_eagerly
+from shared.fastpath.eager import run_now, start_eagerly
+from shared.fastpath.fair_share import FairShare, fair_share
+from shared.fastpath.handoff import Handoff
 
 _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("_VAR", default="caller")
 
@@ -194,6 +196,28 @@ async def test_fair_share_lets_the_loop_go_round_only_once_its_budget_is_spent()
     share = FairShare(budget_s=0)
     await share.checkpoint()
     assert other_ran == [1]  # budget spent: the ready callback ran
+
+
+async def test_a_fair_stream_yields_every_item_and_pauses_only_between_items_past_its_budget() -> None:
+    async def items():
+        for i in range(3):
+            yield i
+
+    other_ran: list[int] = []
+    loop = asyncio.get_running_loop()
+    seen = []
+    async for item in fair_share(items(), budget_s=3600):
+        loop.call_soon(other_ran.append, item)
+        seen.append(item)
+    assert seen == [0, 1, 2]
+    assert other_ran == []  # within its budget the reader never gave the loop a pass
+
+    seen, paced = [], []
+    async for item in fair_share(items(), budget_s=0):
+        loop.call_soon(paced.append, item)
+        seen.append(item)
+        assert paced == list(range(item))  # the pause comes before the next item, not before this one
+    assert seen == [0, 1, 2]
 
 
 async def test_run_now_returns_a_ready_result_or_the_task_that_waits_for_it() -> None:

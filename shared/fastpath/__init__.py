@@ -1,0 +1,18 @@
+"""The fast path: every scheduling and latency trick of both services, and nothing else.
+
+Domain code reads as if none of this existed: it emits, publishes, writes and iterates. What makes
+a token reach a screen quickly lives here, one module per trick, each kept only because a
+benchmark showed it pays (figures in docs/benchmarks.md):
+
+| module | the trick | used by |
+|---|---|---|
+| ``eager`` | ``start_eagerly``/``run_now``: a coroutine runs in the caller's step until it first waits (3.12 eager tasks; a faithful 3.11 stand-in) | ``handoff`` |
+| ``handoff`` | ``Handoff``: one consumer run inline while it is idle; a bounded queue only while it is suspended | the Agent Service's live SSE readers; the ConversationService's agent event reader and WebSocket clients |
+| ``fair_share`` | ``fair_share(stream)``: a producer working through a burst lets the loop go round every millisecond, after the item in hand is out | the run engine's model stream; the direct reply's model stream; the agent event reader |
+| ``sqlite_gate`` | SQLite writers wait their turn on the event loop instead of in SQLite's polling busy handler | ``shared.db.create_engine`` (SQLite only) |
+| ``process`` | ``tune_process``: shorter GIL turns for database driver threads, the start-up heap frozen out of GC | each service's ``__main__`` |
+
+The services' own overlaps of set-up with the model's time to first token (the Agent Service's early
+model start, the ConversationService's claim read ahead) are business decisions about what may be
+read or started early, and live with the code they speed up, each in one object that owns its states.
+"""
