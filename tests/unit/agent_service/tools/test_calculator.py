@@ -1,40 +1,15 @@
-"""The calculator: exact results, precedence, and every bound refused with a readable error."""
+"""The calculator tool: its arguments, its result, and the evaluator's refusals as tool errors."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
 from agent_service.tools.base import ToolContext, ToolError
-from agent_service.tools.calculator import MAX_EXPRESSION_CHARS, CalculatorTool, evaluate
+from agent_service.tools.calculator import CalculatorTool
+from shared.arithmetic import MAX_EXPRESSION_CHARS
 from shared.protocol import UserContext
 
 CTX = ToolContext(session_id="s", run_id="r", user_context=UserContext(user_id="u"))
-
-
-@pytest.mark.parametrize(
-    ("expression", "value"),
-    [
-        ("17*23", 391),
-        ("2+3*4", 14),
-        ("(2+3)*4", 20),
-        ("(2+3)**2", 25),
-        ("2**3**2", 512),  # right-associative
-        ("-2**2", -4),
-        ("7/2", 3.5),
-        ("7//2", 3),
-        ("-7 % 3", 2),
-        ("+5 - -5", 10),
-        ("2^10", 1024),
-        ("sqrt(16) + abs(-3)", 7.0),
-        ("round(2.71828, 2)", 2.72),
-        ("0.1 + 0.2", 0.1 + 0.2),
-        ("1e3 * 2", 2000.0),
-    ],
-)
-def test_values(expression: str, value) -> None:
-    assert evaluate(expression) == value
 
 
 async def test_tool_returns_expression_and_result() -> None:
@@ -45,54 +20,15 @@ async def test_tool_returns_expression_and_result() -> None:
     ("expression", "message"),
     [
         ("1/0", "division by zero"),
-        ("5 % 0", "division by zero"),
         ("2**100000", "exponent is too large"),
-        ("10**101", "too large"),
-        ("999**999", "too large"),
-        ("9**9**9", "exponent is too large"),
-        ("0.5**-1000", "too large"),
-        ("10**99 * 10**99", "too large"),
-        ("1" * 150, "too large"),
-        ("exp(1000)", "too large"),
-        ("sqrt(-1)", "math error"),
-        ("(-8)**0.5", "not a real number"),
-    ],
-)
-def test_bounds_and_math_errors(expression: str, message: str) -> None:
-    started = time.monotonic()
-    with pytest.raises(ToolError, match=message):
-        evaluate(expression)
-    assert time.monotonic() - started < 0.5  # refused before doing the expensive work
-
-
-@pytest.mark.parametrize(
-    ("expression", "message"),
-    [
-        ("__import__('os').system('true')", "only these functions"),
         ("x + 1", "unknown name 'x'"),
-        ("(1).__class__", "attribute access"),
-        ("open('/etc/passwd')", "only these functions"),
-        ("sqrt(x=4)", "positional"),
-        ("[1, 2]", "List is not allowed"),
-        ("'a' * 3", "only numbers"),
-        ("True + 1", "only numbers"),
-        ("lambda: 1", "Lambda is not allowed"),
-        ("1 if 1 else 2", "IfExp is not allowed"),
-        ("1 < 2", "Compare is not allowed"),
-        ("1 +", "not a valid arithmetic expression"),
+        ("1+" * MAX_EXPRESSION_CHARS + "1", "too long"),
         ("", "non-empty"),
     ],
 )
-def test_names_attributes_calls_and_syntax_refused(expression: str, message: str) -> None:
+async def test_refused_expressions_are_tool_errors_the_model_can_read(expression: str, message: str) -> None:
     with pytest.raises(ToolError, match=message):
-        evaluate(expression)
-
-
-def test_long_and_deep_input_refused() -> None:
-    with pytest.raises(ToolError, match="too long"):
-        evaluate("1+" * MAX_EXPRESSION_CHARS + "1")
-    with pytest.raises(ToolError, match="nested too deeply"):
-        evaluate("-" * 60 + "1")  # 60 nested unary minus nodes
+        await CalculatorTool().run({"expression": expression}, CTX)
 
 
 async def test_tool_argument_validation() -> None:
