@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from shared.group_commit import GroupCommitter
+
+
+class Recorder:
+    def __init__(self, fail_times: int = 0) -> None:
+        self.batches: list[list[int]] = []
+        self.fail_times = fail_times
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self, batch: list[int]) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail_times:
+            self.fail_times -= 1
+            raise RuntimeError("database down")
+        self.batches.append(list(batch))
+
+
+async def test_items_of_one_window_are_written_as_one_batch() -> None:
+    write = Recorder()
+    committer = GroupCommitter(write, interval_s=3600)
+    committer.start()
+    for i in range(5):
+        committer.add(i)
+    assert write.batches == []  # the window is still open
+    await committer.flush()
+    assert write.batches == [[0, 1, 2, 3, 4]]
+    await committer.aclose()
+
+
+async def test_a_window_closes_by_itself_after_the_interval() -> None:
+    write = Recorder()
+    committer = GroupCommitter(write, interval_s=0.01)
+    committer.start()
+    committer.add(1)
+    assert await committer.wait_written(5.0)
+    assert write.batches == [[1]]
+    await committer.aclose()
+
+
+async def test_a_capped_batch_leaves_the_rest_for_the_next_and_flush_waits_for_all() -> None:
+    write = Recorder()
+    committer = GroupCommitter(write, interval_s=3600, max_batch=2)
+    committer.start()
+    for i in range(5):
+        committer.add(i)
+    await committer.flush()
+    assert write.batches == [[0, 1], [2, 3], [4]]
+    await committer.aclose()
+
+
+async def test_put_waits_for_room_while_the_writer_is_behind() -> None:
+    write = Recorder()
+    committer = GroupCommitter(write, interval_s=0, max_pending=2)
+    await committer.put(1)
+    await committer.put(2)  # full, and nothing writes yet
+    third = asyncio.create_task(committer.put(3))
+    await asyncio.sleep(0)  # one pass: the third put reaches its wait
+    assert not third.done() and len(committer) == 2
+    committer.start()
+    await third
+    await committer.flush()
+    assert [item for batch in write.batches for item in batch] == [1, 2, 3]
+    await committer.aclose()
+
+
+async def test_a_failed_write_reaches_the_flush_waiters_and_later_batches_go_on() -> None:
+    write = Recorder(fail_times=1)
+    committer = GroupCommitter(write, interval_s=3600)
+    committer.start()
+    committer.add(1)
+    with pytest.raises(RuntimeError, match="database down"):
+        await committer.flush()
+    committer.add(2)
+    await committer.flush()
+    assert write.batches == [[2]]
+    await committer.aclose()
+
+
+async def test_discarded_items_are_never_written_and_close_writes_the_rest() -> None:
+    write = Recorder()
+    committer = GroupCommitter(write, interval_s=3600)
+    committer.start()
+    for i in range(4):
+        committer.add(i)
+    committer.discard(lambda item: item % 2 == 0)
+    await committer.aclose()
+    assert write.batches == [[0, 2]]
