@@ -11,7 +11,7 @@ import logging
 import sys
 import uuid
 from contextvars import ContextVar
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -24,7 +24,10 @@ conversation_id_var: ContextVar[str | None] = ContextVar("conversation_id", defa
 REQUEST_ID_HEADER = "X-Request-ID"
 _MAX_REQUEST_ID = 128
 
-_RESERVED = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+# color_message is uvicorn's copy of msg with terminal colour codes: noise in a JSON line.
+_RESERVED = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
+# Orchestrators and Prometheus call these every few seconds; only a failed one is worth a line.
+PROBE_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
 class JsonFormatter(logging.Formatter):
@@ -34,7 +37,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "service": self.service,
             "logger": record.name,
@@ -56,9 +59,19 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+def _not_a_successful_probe(record: logging.LogRecord) -> bool:
+    """httpx logs each request it makes (args: method, url, http version, status, reason), which
+    includes the chat service's poll of the Agent Service's /health."""
+    if record.name != "httpx" or not isinstance(record.args, tuple) or len(record.args) != 5:
+        return True
+    url, status = record.args[1], record.args[3]
+    return not (isinstance(status, int) and status < 400 and getattr(url, "path", None) in PROBE_PATHS)
+
+
 def configure_logging(service: str, level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(service))
+    handler.addFilter(_not_a_successful_probe)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
