@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
+
+# `make run` (deploy/run_local.py, run from the repository root) generates the development secrets
+# here and starts this service with AUTH_JWT_SECRET=DEV_JWT_SECRET.
+DEV_SECRETS_FILE = Path("var/dev-secrets.env")
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -31,16 +36,30 @@ def _migrate(args: argparse.Namespace) -> None:
     print(f"conversation database migrated to {args.revision}", file=sys.stderr)
 
 
+def _signing_secret(settings) -> tuple[str, str]:
+    """The secret of the service the token is for, and what to tell the user about it."""
+    if "auth_jwt_secret" in settings.model_fields_set:
+        return settings.auth_jwt_secret.get_secret_value(), "signed with AUTH_JWT_SECRET"
+    if DEV_SECRETS_FILE.is_file():
+        for line in DEV_SECRETS_FILE.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "DEV_JWT_SECRET" and value.strip():
+                return value.strip(), f"signed with `make run`'s DEV_JWT_SECRET ({DEV_SECRETS_FILE})"
+    return settings.auth_jwt_secret.get_secret_value(), (
+        f"warning: AUTH_JWT_SECRET is not set and there is no {DEV_SECRETS_FILE}; "
+        "signed with the public development secret"
+    )
+
+
 def _token(args: argparse.Namespace) -> None:
     from conversation_service.auth.tokens import issue_token
     from conversation_service.settings import ConversationSettings
 
     settings = ConversationSettings()
-    if settings.uses_dev_jwt_secret:
-        print("warning: AUTH_JWT_SECRET is not set; this token is signed with the public development secret",
-              file=sys.stderr)
+    secret, note = _signing_secret(settings)
+    print(note, file=sys.stderr)
     ttl = args.ttl if args.ttl is not None else settings.dev_token_ttl_s
-    print(issue_token(settings.auth_jwt_secret.get_secret_value(), args.user, args.org, ttl_s=ttl))
+    print(issue_token(secret, args.user, args.org, ttl_s=ttl))
 
 
 def main(argv: list[str] | None = None) -> None:
