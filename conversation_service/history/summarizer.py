@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 from conversation_service.history.tokens import HistoryItem
 from shared.llm.base import (
-    SUMMARIZE_SYSTEM_PROMPT,
     CompletionOptions,
     LLMDone,
     LLMError,
@@ -23,6 +22,12 @@ from shared.llm.base import (
 from shared.protocol import Role
 from shared.tokens import truncate_to_tokens
 
+# The instruction a real model follows; the request is also marked purpose="summary" for providers
+# (the built-in model) that pick their behaviour without reading prompts.
+SUMMARIZE_SYSTEM_PROMPT = (
+    "Summarize the conversation below in a few sentences for an assistant that will continue it. "
+    "Keep names, numbers, decisions and open questions. Reply with the summary only."
+)
 _SPEAKER = {Role.USER: "User", Role.ASSISTANT: "Assistant", Role.SYSTEM: "System"}
 # A summary longer than this many characters is not a summary; stop reading the stream there.
 _MAX_SUMMARY_CHARS = 64_000
@@ -65,7 +70,7 @@ class Summarizer:
         self._max_tokens = max_tokens
         self._chunk_tokens = chunk_tokens
         self._timeout = timeout_seconds
-        self._options = CompletionOptions(model=model, max_tokens=max_tokens, temperature=0.0)
+        self._options = CompletionOptions(model=model, max_tokens=max_tokens, temperature=0.0, purpose="summary")
 
     def _transcript(self, previous: str | None, items: Sequence[HistoryItem]) -> str:
         parts: list[str] = []

@@ -59,7 +59,7 @@ class LLMMessage:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LLMMessage":
+    def from_dict(cls, data: dict[str, Any]) -> LLMMessage:
         return cls(
             role=data["role"],
             content=data.get("content") or "",
@@ -98,6 +98,12 @@ class CompletionOptions:
     max_tokens: int | None = None
     temperature: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # What the request is for. A real model reads that from the prompt and an endpoint never sees
+    # this; the built-in model, which follows no prompt, picks its behaviour by it.
+    purpose: Literal["chat", "summary"] = "chat"
+
+
+DEFAULT_OPTIONS = CompletionOptions()
 
 
 @runtime_checkable
@@ -109,7 +115,7 @@ class LLMProvider(Protocol):
         messages: Sequence[LLMMessage],
         *,
         tools: Sequence[ToolSpec] = (),
-        options: CompletionOptions = CompletionOptions(),
+        options: CompletionOptions = DEFAULT_OPTIONS,
     ) -> AsyncIterator[LLMEvent]:
         """Stream one completion. Ends with exactly one ``LLMDone``."""
         ...
@@ -139,10 +145,3 @@ class LLMStatusError(LLMError):
 class LLMProtocolError(LLMError):
     pass
 
-
-# The system prompt the HistoryExtractor sends when it compresses older history into a summary.
-# Any provider can follow it; the built-in model recognises it and summarises extractively.
-SUMMARIZE_SYSTEM_PROMPT = (
-    "Summarize the conversation below in a few sentences for an assistant that will continue it. "
-    "Keep names, numbers, decisions and open questions. Reply with the summary only."
-)

@@ -23,6 +23,7 @@ from httpx_sse import EventSource, SSEError
 from pydantic import SecretStr
 
 from shared.llm.base import (
+    DEFAULT_OPTIONS,
     CompletionOptions,
     LLMConnectionError,
     LLMDone,
@@ -171,7 +172,7 @@ class OpenAICompatibleProvider:
         messages: Sequence[LLMMessage],
         *,
         tools: Sequence[ToolSpec] = (),
-        options: CompletionOptions = CompletionOptions(),
+        options: CompletionOptions = DEFAULT_OPTIONS,
     ) -> AsyncIterator[LLMEvent]:
         state = _StreamState()
         started = time.monotonic()

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-import orjson
 import pytest
 
 from shared.llm.base import (
-    SUMMARIZE_SYSTEM_PROMPT,
+    DEFAULT_OPTIONS,
     CompletionOptions,
     LLMDone,
     LLMMessage,
@@ -17,44 +16,21 @@ from shared.llm.base import (
     ReasoningDelta,
     TextDelta,
     ToolCall,
-    ToolSpec,
 )
-from shared.llm.builtin import TRIP_QUESTION, BuiltinProvider, decide
+from shared.llm.builtin import BuiltinProvider, decide
+from shared.llm.builtin.model import SKILLS
+from shared.llm.builtin.skills.trips import TRIP_QUESTION
 from shared.tokens import count_messages_tokens, count_tokens
-
-ALL_TOOLS = ["calculator", "knowledge_search", "current_time", "ask_user"]
-
-
-def spec(name: str) -> ToolSpec:
-    return ToolSpec(name=name, description=name, parameters={"type": "object", "properties": {}})
+from tests.unit.shared.builtin_transcripts import ALL_TOOLS, assistant, only_call, spec, tool_result, user
 
 
-def user(text: str) -> LLMMessage:
-    return LLMMessage(role="user", content=text)
-
-
-def assistant(text: str = "", *calls: ToolCall) -> LLMMessage:
-    return LLMMessage(role="assistant", content=text, tool_calls=calls)
-
-
-def tool_result(call: ToolCall, content: object) -> LLMMessage:
-    text = content if isinstance(content, str) else orjson.dumps(content).decode()
-    return LLMMessage(role="tool", content=text, tool_call_id=call.id, name=call.name)
-
-
-async def collect(provider: BuiltinProvider, messages, tools=ALL_TOOLS, options=CompletionOptions()):
+async def collect(provider: BuiltinProvider, messages, tools=ALL_TOOLS, options=DEFAULT_OPTIONS):
     return [e async for e in provider.stream(messages, tools=[spec(t) for t in tools], options=options)]
 
 
 @pytest.fixture
 def model() -> BuiltinProvider:
     return BuiltinProvider(first_token_delay=0, chunk_delay=0)
-
-
-def only_call(reply) -> ToolCall:
-    assert reply.text == ""
-    assert len(reply.tool_calls) == 1
-    return reply.tool_calls[0]
 
 
 # ---- arithmetic -----------------------------------------------------------------------------
@@ -108,9 +84,10 @@ def test_arithmetic_without_the_tool_is_answered_in_text() -> None:
     reply = decide([user("what is 17*23")], [])
     assert reply.tool_calls == ()
     assert reply.text == "17*23 = 391."
+    assert decide([user("what is 1/0")], []).text == "I can't compute 1/0: it is undefined or too large."
 
 
-# ---- search, time, trips --------------------------------------------------------------------
+# ---- search, time --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -161,37 +138,6 @@ def test_time_answer_reads_the_tool_result() -> None:
     assert reply.text == "It is 07:30 (UTC) on Sunday, 2026-11-22."
 
 
-def test_trip_without_destination_asks_the_user() -> None:
-    reply = decide([user("Can you plan a trip for me?")], ALL_TOOLS)
-    call = only_call(reply)
-    assert call.name == "ask_user"
-    assert call.arguments == {"question": "Where would you like to go, and for how many days?"}
-    assert reply.reasoning
-
-
-def test_trip_plan_uses_the_answer_to_the_question() -> None:
-    call = ToolCall(id="a1", name="ask_user", arguments={"question": TRIP_QUESTION})
-    transcript = [user("plan a trip"), assistant("", call), tool_result(call, "Lisbon for 3 days")]
-    reply = decide(transcript, ALL_TOOLS)
-    assert reply.text.startswith("Here is a 3-day plan for Lisbon:")
-    assert "Day 3:" in reply.text and "Day 4:" not in reply.text
-
-
-def test_trip_with_destination_asks_nothing() -> None:
-    reply = decide([user("plan a trip to Lisbon")], ALL_TOOLS)
-    assert reply.tool_calls == ()
-    assert reply.text.startswith("Here is a 3-day plan for Lisbon:")
-    reply = decide([user("Plan a trip to New York for 5 days")], ALL_TOOLS)
-    assert reply.text.startswith("Here is a 5-day plan for New York:")
-
-
-def test_trip_question_in_text_when_ask_user_is_not_offered() -> None:
-    first = decide([user("plan a trip")], ["calculator"])
-    assert first.text == TRIP_QUESTION and first.tool_calls == ()
-    second = decide([user("plan a trip"), assistant(first.text), user("lisbon, 4 days")], [])
-    assert second.text.startswith("Here is a 4-day plan for Lisbon:")
-
-
 # ---- memory, summaries, fallback ------------------------------------------------------------
 
 
@@ -207,16 +153,26 @@ def test_name_survives_history_compression_into_a_summary() -> None:
     assert decide(transcript, ALL_TOOLS).text == "Your name is Grace."
 
 
-def test_summarize_prompt_gives_an_extractive_summary() -> None:
+def test_summary_purpose_gives_an_extractive_summary() -> None:
     conversation = (
         "user: hello there\nassistant: Hi! How can I help?\nuser: My name is Ada and I live in Lisbon.\n"
         "assistant: Nice to meet you.\nuser: We decided to ship on Friday. What is 17*23?\nassistant: 391."
     )
-    reply = decide([LLMMessage(role="system", content=SUMMARIZE_SYSTEM_PROMPT), user(conversation)], ALL_TOOLS)
+    reply = decide([LLMMessage(role="system", content="Summarize this."), user(conversation)], ALL_TOOLS,
+                   purpose="summary")
     assert reply.tool_calls == ()
     assert "Ada" in reply.text and "Lisbon" in reply.text and "Friday" in reply.text and "391" in reply.text
     assert "hello there" not in reply.text
     assert len(reply.text) <= 600
+
+
+async def test_the_summary_is_chosen_by_the_requests_purpose_not_its_prompt(model: BuiltinProvider) -> None:
+    messages = [LLMMessage(role="system", content="Summarize the conversation below."),
+                user("User: my name is Ada. We will ship on Friday.")]
+    events = await collect(model, messages, tools=[], options=CompletionOptions(purpose="summary"))
+    summary = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert summary == "User: my name is Ada. User: We will ship on Friday."
+    assert decide(messages, ALL_TOOLS).text == "Nice to meet you, Ada! I'll remember your name."
 
 
 def test_other_messages_get_a_short_reply_naming_the_offline_model() -> None:
@@ -231,6 +187,17 @@ def test_tools_are_only_called_when_offered() -> None:
         for offered in ([], ["something_else"]):
             assert decide([user(question)], offered).tool_calls == (), question
     assert "search" in decide([user("search for breaker")], []).text
+
+
+def test_each_tool_the_agent_offers_belongs_to_one_skill() -> None:
+    from agent_service.tools.ask_user import AskUserTool
+    from agent_service.tools.calculator import CalculatorTool
+    from agent_service.tools.current_time import CurrentTimeTool
+    from agent_service.tools.knowledge_search import KnowledgeSearchTool
+
+    agent_tools = {tool.name for tool in (AskUserTool, CalculatorTool, CurrentTimeTool, KnowledgeSearchTool)}
+    skill_tools = [skill.tool for skill in SKILLS if skill.tool is not None]
+    assert sorted(skill_tools) == sorted(agent_tools) == sorted(ALL_TOOLS)
 
 
 def test_identical_input_gives_identical_output() -> None:

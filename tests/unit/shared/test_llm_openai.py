@@ -9,6 +9,7 @@ import pytest
 from pydantic import SecretStr
 
 from shared.llm.base import (
+    DEFAULT_OPTIONS,
     CompletionOptions,
     LLMConnectionError,
     LLMDone,
@@ -60,7 +61,7 @@ def provider_for(base_url: str, client: httpx.AsyncClient, **kwargs) -> OpenAICo
     return OpenAICompatibleProvider(base_url=base_url, model="test-model", http_client=client, **kwargs)
 
 
-async def collect(provider, messages=MESSAGES, tools=(), options=CompletionOptions()):
+async def collect(provider, messages=MESSAGES, tools=(), options=DEFAULT_OPTIONS):
     return [e async for e in provider.stream(messages, tools=tools, options=options)]
 
 
@@ -92,6 +93,14 @@ async def test_options_reach_the_request(fake: FakeOpenAI, client) -> None:
     assert (body["model"], body["max_tokens"], body["temperature"], body["top_p"]) == ("other", 50, 0.2, 0.9)
     assert body["tools"] == [{"type": "function", "function": {
         "name": "calculator", "description": "Evaluate arithmetic", "parameters": CALC.parameters}}]
+
+
+async def test_the_purpose_stays_local_and_the_prompt_is_sent(fake: FakeOpenAI, client) -> None:
+    """A summary request reaches a real model as its system prompt; the purpose marker is not sent."""
+    await collect(provider_for(fake.base_url, client), options=CompletionOptions(purpose="summary"))
+    body = fake.requests[-1].body
+    assert "purpose" not in body
+    assert body["messages"][0] == {"role": "system", "content": "You are helpful."}
 
 
 async def test_usage_is_counted_locally_when_the_endpoint_sends_none(fake: FakeOpenAI, client) -> None:

@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 from conversation_service.history import HistoryRecord
+from conversation_service.history.summarizer import SUMMARIZE_SYSTEM_PROMPT
 from shared.llm.base import (
-    SUMMARIZE_SYSTEM_PROMPT,
+    DEFAULT_OPTIONS,
     CompletionOptions,
     LLMDone,
     LLMEvent,
@@ -63,11 +64,12 @@ class ScriptedSummaryLLM:
         self.fail = fail
         self.reply = reply
 
-    async def _events(self, messages: Sequence[LLMMessage]) -> AsyncIterator[LLMEvent]:
+    async def _events(self, messages: Sequence[LLMMessage], options: CompletionOptions) -> AsyncIterator[LLMEvent]:
         self.calls.append(list(messages))
         if self.fail:
             raise LLMStatusError(503, "unavailable")
         assert messages[0].role == "system" and messages[0].content == SUMMARIZE_SYSTEM_PROMPT
+        assert options.purpose == "summary"
         transcript = messages[1].content
         numbers = [token for token in transcript.split() if token.startswith("#")]
         text = self.reply if self.reply is not None else f"covered {' '.join(numbers)}"
@@ -80,9 +82,9 @@ class ScriptedSummaryLLM:
         messages: Sequence[LLMMessage],
         *,
         tools: Sequence[ToolSpec] = (),
-        options: CompletionOptions | None = None,
+        options: CompletionOptions = DEFAULT_OPTIONS,
     ) -> AsyncIterator[LLMEvent]:
-        return self._events(messages)
+        return self._events(messages, options)
 
     async def aclose(self) -> None:
         return None

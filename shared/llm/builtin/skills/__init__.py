@@ -1,0 +1,1 @@
+"""The built-in model's skills, one module each; ``shared.llm.builtin.model`` asks them in order."""

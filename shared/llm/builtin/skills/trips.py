@@ -1,0 +1,103 @@
+"""Planning a trip: a day-by-day plan for a destination, asking where and how long when not told.
+
+The question goes out with the ``ask_user`` tool when it is offered, otherwise in text, and the
+next message is read as the answer.
+"""
+
+from __future__ import annotations
+
+import re
+
+from shared.llm.builtin.skill import BuiltinReply, Skill, ToolResult, Turn, title
+from shared.llm.builtin.skills.arithmetic import expression_in
+
+TOOL = "ask_user"
+TRIP_QUESTION = "Where would you like to go, and for how many days?"
+MAX_TRIP_DAYS = 14
+DEFAULT_TRIP_DAYS = 3
+
+_TRIP = re.compile(r"\b(?:plan|organi[sz]e|book)\b.*\b(?:trip|vacation|holiday|journey|getaway|itinerary)\b"
+                   r"|\bitinerary\b", re.IGNORECASE)
+_NUMBER_WORDS = {"one": 1, "a": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+                 "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "a few": 3}
+_DAYS = re.compile(r"\b(\d{1,3}|" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)) + r")[\s-]*days?\b", re.IGNORECASE)
+_WEEK = re.compile(r"\b(?:a|one)\s+week\b", re.IGNORECASE)
+_DESTINATION = re.compile(r"\b(?:to|in|visit(?:ing)?|around)\s+((?:[A-Z][\w'-]+)(?:\s+[A-Z][\w'-]+)*)")
+_FILLER = {"i", "i'd", "id", "we", "we'd", "would", "like", "want", "to", "go", "going", "visit", "the", "a", "an",
+           "for", "in", "and", "please", "let's", "lets", "maybe", "about", "trip", "travel", "days", "day",
+           "of", "there", "me", "us", "stay", "spend", "with", "on"}
+
+
+def _read(text: str, *, loose: bool) -> tuple[str | None, int]:
+    """The destination and the number of days in a request ("to Lisbon for 5 days");
+    ``loose`` also takes a bare answer ("lisbon, 3 days")."""
+    days = DEFAULT_TRIP_DAYS
+    if match := _DAYS.search(text):
+        raw = match.group(1).lower()
+        days = max(1, min(int(raw) if raw.isdigit() else _NUMBER_WORDS[raw], MAX_TRIP_DAYS))
+    elif _WEEK.search(text):
+        days = 7
+    match = _DESTINATION.search(text)
+    if match or not loose:
+        return (match.group(1) if match else None), days
+    cleaned = _DAYS.sub(" ", _WEEK.sub(" ", text))
+    words = [w for w in re.findall(r"[A-Za-zÀ-ÿ][\w'-]*", cleaned) if w.lower() not in _FILLER]
+    return (title(" ".join(words[:3])) if words else None), days
+
+
+def _plan(destination: str, days: int) -> str:
+    activities = [
+        "arrive, settle in and walk through the historic centre, then dinner at a local restaurant",
+        "visit the main museums and landmarks in the morning, explore the food market in the afternoon",
+        "take a day trip to the surroundings and end the day at a viewpoint at sunset",
+        "join a guided walking tour of the old neighbourhoods and try the local specialities",
+        "relax in a park or on the waterfront, then shop for souvenirs",
+        "explore a neighbourhood off the usual tourist path and see a live performance",
+        "revisit your favourite spots and pack for the trip home",
+    ]
+    lines = [f"Here is a {days}-day plan for {destination}:"]
+    for day in range(days):
+        activity = activities[-1] if day == days - 1 and days > 1 else activities[day % (len(activities) - 1)]
+        lines.append(f"Day {day + 1}: {activity}.")
+    lines.append("Enjoy your trip!")
+    return "\n".join(lines)
+
+
+def _plan_from_answer(answer: str) -> str:
+    destination, days = _read(answer, loose=True)
+    if not destination:
+        return "I still don't know where you'd like to go. Tell me a destination and I'll plan the trip."
+    return _plan(destination, days)
+
+
+def respond(turn: Turn) -> BuiltinReply | None:
+    previous = turn.previous_answer()
+    if (previous is not None and previous.content.strip() == TRIP_QUESTION
+            and expression_in(turn.text, turn.history) is None):
+        # The question was asked in text (no ask_user tool): this message is the answer, unless it is
+        # plainly a new request (a user who moved on to arithmetic is not naming a destination).
+        return BuiltinReply(text=_plan_from_answer(turn.text))
+    if not _TRIP.search(turn.text):
+        return None
+    destination, days = _read(turn.text, loose=False)
+    if destination:
+        return BuiltinReply(text=_plan(destination, days))
+    if not turn.offers(TOOL):
+        return BuiltinReply(text=TRIP_QUESTION)
+    return turn.call(TOOL, {"question": TRIP_QUESTION}, reasoning="The user wants a trip plan but has not said "
+                                                                  "where or for how long. I need to ask before "
+                                                                  "I can plan.")
+
+
+def answer(result: ToolResult) -> str | None:
+    """The result of ``ask_user`` is the user's answer to the question."""
+    if result.error is not None:
+        return f"I didn't get an answer to my question, so I can't go on with that ({result.error})."
+    reply = result.value.get("answer") or result.value.get("text") if isinstance(result.value, dict) else result.value
+    reply = str(reply or "")
+    if str(result.arguments.get("question", "")) == TRIP_QUESTION or _TRIP.search(result.request):
+        return _plan_from_answer(reply)
+    return f"Thanks, noted: {reply}"
+
+
+SKILL = Skill("trips", respond, tool=TOOL, answer=answer)
