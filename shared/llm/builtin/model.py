@@ -23,7 +23,9 @@ SKILLS = (names.SKILL, clock.SKILL, trips.SKILL, arithmetic.SKILL, search.SKILL,
 _BY_TOOL = {skill.tool: skill for skill in SKILLS if skill.tool is not None}
 
 
-def decide(messages: Sequence[LLMMessage], tool_names: Sequence[str] = (), *, purpose: str = "chat") -> BuiltinReply:
+def decide(
+    messages: Sequence[LLMMessage], tool_names: Sequence[str] = (), *, purpose: str = "chat"
+) -> BuiltinReply:
     """Identical input gives identical output, tool-call ids included."""
     if purpose == "summary":
         return summary.summarize(messages)

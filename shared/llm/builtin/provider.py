@@ -1,4 +1,4 @@
-"""``BuiltinProvider``: the built-in model behind the ``LLMProvider`` interface, streamed at a model's pace."""
+"""``BuiltinProvider``: the built-in model behind the ``LLMProvider`` interface, paced like a model."""
 
 from __future__ import annotations
 

@@ -40,7 +40,8 @@ class Turn:
     def call(self, tool: str, arguments: dict[str, Any], *, reasoning: str) -> BuiltinReply:
         # The id comes from the transcript, so the same input gives the same call and a new turn a new id.
         call_id = f"call_{hashlib.sha256(f'{self.seed}:0:{tool}'.encode()).hexdigest()[:24]}"
-        return BuiltinReply(reasoning=reasoning, tool_calls=(ToolCall(id=call_id, name=tool, arguments=arguments),))
+        call = ToolCall(id=call_id, name=tool, arguments=arguments)
+        return BuiltinReply(reasoning=reasoning, tool_calls=(call,))
 
 
 @dataclass(frozen=True)

@@ -105,9 +105,9 @@ def respond(turn: Turn) -> BuiltinReply | None:
     if expression is None:
         return None
     if turn.offers(TOOL):
-        return turn.call(TOOL, {"expression": expression}, reasoning=f"The user wants to compute {expression}. "
-                                                                     f"I will use the {TOOL} tool to evaluate it "
-                                                                     "exactly.")
+        reasoning = (f"The user wants to compute {expression}. I will use the {TOOL} tool to evaluate it "
+                     "exactly.")
+        return turn.call(TOOL, {"expression": expression}, reasoning=reasoning)
     try:
         return BuiltinReply(text=f"{expression} = {format_number(evaluate(expression))}.")
     except ExpressionError:

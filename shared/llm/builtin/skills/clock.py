@@ -22,8 +22,8 @@ def respond(turn: Turn) -> BuiltinReply | None:
     zone = _ZONE.search(turn.text)
     arguments = {"timezone": zone.group(1)} if zone else {}
     where = f" in {zone.group(1)}" if zone else ""
-    return turn.call(TOOL, arguments, reasoning=f"The user wants the current time{where}. I will check the "
-                                                 f"clock with the {TOOL} tool.")
+    reasoning = f"The user wants the current time{where}. I will check the clock with the {TOOL} tool."
+    return turn.call(TOOL, arguments, reasoning=reasoning)
 
 
 def answer(result: ToolResult) -> str | None:

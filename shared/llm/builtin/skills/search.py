@@ -36,8 +36,9 @@ def respond(turn: Turn) -> BuiltinReply | None:
     if not turn.offers(TOOL):
         return BuiltinReply(text=f'I can\'t search the documents for "{query}" in this chat: I\'m the built-in '
                                  "offline model and no search tool is available here.")
-    return turn.call(TOOL, {"query": query}, reasoning=f'The user is asking about "{query}". I will search the '
-                                                        "knowledge base and answer from what it returns.")
+    reasoning = (f'The user is asking about "{query}". I will search the knowledge base and answer from what '
+                 "it returns.")
+    return turn.call(TOOL, {"query": query}, reasoning=reasoning)
 
 
 def answer(result: ToolResult) -> str | None:

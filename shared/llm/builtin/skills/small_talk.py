@@ -7,8 +7,10 @@ import re
 from shared.llm.builtin.skill import BuiltinReply, Skill, Turn
 from shared.llm.builtin.skills.names import known_name
 
-_CAPABILITIES = ("I can do arithmetic, search the project's documents, tell the time, plan a trip and remember "
-                 "what you tell me in this conversation.")
+_CAPABILITIES = (
+    "I can do arithmetic, search the project's documents, tell the time, plan a trip and remember what you "
+    "tell me in this conversation."
+)
 SELF_DESCRIPTION = f"I'm the built-in offline model: {_CAPABILITIES}"
 
 _GREETING = re.compile(r"^\s*(?:hi|hello|hey|good (?:morning|afternoon|evening)|howdy)\b", re.IGNORECASE)
@@ -36,8 +38,8 @@ def fallback(turn: Turn) -> BuiltinReply:
     """The reply when no skill took the message."""
     words = turn.text.split()
     topic = " ".join(words[:12]).rstrip("?.!") + ("…" if len(words) > 12 else "")
-    return BuiltinReply(text=f'You asked: "{topic}". I\'m the built-in offline model, so I can\'t answer that '
-                             f"properly. {_CAPABILITIES}")
+    text = f'You asked: "{topic}". I\'m the built-in offline model, so I can\'t answer that properly. '
+    return BuiltinReply(text=text + _CAPABILITIES)
 
 
 SKILL = Skill("small talk", respond)

@@ -16,7 +16,7 @@ _ROLE_PREFIX = re.compile(r"^(user|assistant|system)\s*:\s*", re.IGNORECASE)
 
 
 def _sentences(messages: Sequence[LLMMessage]) -> list[str]:
-    """Every sentence of the conversation, as "Speaker: sentence" (a transcript's "user:" lines keep their speaker)."""
+    """Every sentence as "Speaker: sentence" (a transcript's "user:" lines keep their speaker)."""
     sentences: list[str] = []
     for m in messages:
         for line in m.content.splitlines():
