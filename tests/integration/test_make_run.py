@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 
@@ -17,6 +18,8 @@ import websockets
 
 from tests.integration.make_run import MakeRun, fresh_env, start_make_run
 from tests.support.servers import REPO_ROOT
+
+README = REPO_ROOT / "README.md"
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +68,33 @@ async def test_the_readme_token_command_makes_a_token_make_run_accepts(make_run:
         assert created.status_code == 201, created.text
         listed = await http.get("/conversations")
         assert [c["id"] for c in listed.json()["items"]] == [created.json()["id"]], listed.text
+
+
+def _readme_agent_api() -> tuple[set[str], list[tuple[str, str]]]:
+    """From the README's Agent Service paragraph: the paths it says need no key, and every endpoint."""
+    pattern = r"^\*\*Agent Service\*\* \((.*?)\):(.*?)\n\n"
+    paragraph = re.search(pattern, README.read_text(), re.DOTALL | re.MULTILINE)
+    assert paragraph, "no Agent Service paragraph in README.md"
+    return set(re.findall(r"`(/\w+)`", paragraph[1])), re.findall(r"`(GET|POST) (/[^`]*)`", paragraph[2])
+
+
+async def test_agent_endpoints_the_readme_calls_open_need_no_key_and_the_rest_do(make_run: MakeRun) -> None:
+    documented_open, endpoints = _readme_agent_api()
+    dev = dict(line.split("=", 1) for line in (REPO_ROOT / "var" / "dev-secrets.env").read_text().split())
+    key = {"X-API-Key": dev["DEV_AGENT_API_KEY"]}
+    opened = set()
+    async with httpx.AsyncClient(base_url=make_run.agent_url, timeout=10) as http:
+        for method, path in endpoints:
+            url = path.replace("{id}", "no-such-session")
+            body = {} if method == "POST" else None
+            anonymous = await http.request(method, url, json=body)
+            if anonymous.status_code != 401:
+                assert anonymous.status_code == 200, (method, path, anonymous.text)
+                opened.add(path)
+            assert (await http.request(method, url, json=body, headers=key)).status_code != 401, path
+    # Probes are open on purpose: orchestrators and Prometheus call them without a key.
+    assert opened == documented_open
+    assert {"/health", "/ready", "/metrics"} <= opened
 
 
 async def test_sigterm_stops_both_services_with_exit_code_0(make_run: MakeRun) -> None:
