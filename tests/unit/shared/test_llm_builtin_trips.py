@@ -53,6 +53,8 @@ def test_trip_question_in_text_when_ask_user_is_not_offered() -> None:
         ("Two weeks in Japan in the summer", "Here is a 14-day plan for Japan:"),
         ("Paris on Friday for a couple of days", "Here is a 2-day plan for Paris:"),
         ("in 2 weeks, Berlin for 4 days", "Here is a 4-day plan for Berlin:"),
+        ("Lisbon, May 3rd to May 10th", "Here is a 3-day plan for Lisbon:"),
+        ("we would love to see Rome in December, 3 nights", "Here is a 3-day plan for Rome:"),
     ],
 )
 def test_the_answer_names_the_place_the_way_a_person_means_it(answer: str, plan: str) -> None:

@@ -23,7 +23,7 @@ _TRIP = re.compile(r"\b(?:plan|organi[sz]e|book)\b.*\b(?:trip|vacation|holiday|j
 _NUMBER_WORDS = {"one": 1, "a": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                  "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "a few": 3}
 _COUNT = r"\d{1,3}|" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
-_DURATION = re.compile(rf"(?:\bfor\s+)?\b({_COUNT})[\s-]*(day|week)s?\b", re.IGNORECASE)
+_DURATION = re.compile(rf"(?:\bfor\s+)?\b({_COUNT})[\s-]*(day|night|week)s?\b", re.IGNORECASE)
 _MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
 _WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 # When the trip is, with the preposition that belongs to it ("in May", "on Friday", "next week",
@@ -57,7 +57,9 @@ def _read(text: str, *, loose: bool) -> tuple[str | None, int]:
     match = _PLACE_AFTER.search(placed)
     if match or not loose:
         return (match.group(1) if match else None), days
-    words = [w for w in re.findall(r"[A-Za-zÀ-ÿ][\w'-]*", placed) if w.lower() not in _FILLER]
+    words = [w for w in re.findall(r"\b[A-Za-zÀ-ÿ][\w'-]*", placed) if w.lower() not in _FILLER]
+    # A capitalised word is a name ("we'd love to see Rome"); an answer typed in lower case is all place.
+    words = [w for w in words if w[0].isupper()] or words
     return (title(" ".join(words[:3])) if words else None), days
 
 
@@ -118,4 +120,4 @@ def answer(result: ToolResult) -> str | None:
     return f"Thanks, noted: {reply}"
 
 
-SKILL = Skill("trips", respond, tool=TOOL, answer=answer)
+SKILL = Skill(respond, tool=TOOL, answer=answer)
