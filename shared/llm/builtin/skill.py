@@ -57,7 +57,6 @@ class Skill:
     """``respond`` answers the turn, calls ``tool`` or passes (None); ``answer`` reads a result of
     ``tool`` into the reply (None: a result it cannot read)."""
 
-    name: str
     respond: Callable[[Turn], BuiltinReply | None]
     tool: str | None = None
     answer: Callable[[ToolResult], str | None] | None = None

@@ -124,4 +124,4 @@ def answer(result: ToolResult) -> str | None:
     return f"{result.arguments.get('expression', 'the expression')} = {format_number(value)}."
 
 
-SKILL = Skill("arithmetic", respond, tool=TOOL, answer=answer)
+SKILL = Skill(respond, tool=TOOL, answer=answer)

@@ -36,4 +36,4 @@ def answer(result: ToolResult) -> str | None:
     return f"It is {time_text} ({zone}) on {weekday}, {date_text}.".replace(" , ", " ")
 
 
-SKILL = Skill("time", respond, tool=TOOL, answer=answer)
+SKILL = Skill(respond, tool=TOOL, answer=answer)

@@ -34,4 +34,4 @@ def respond(turn: Turn) -> BuiltinReply | None:
     return None
 
 
-SKILL = Skill("names", respond)
+SKILL = Skill(respond)

@@ -56,4 +56,4 @@ def answer(result: ToolResult) -> str | None:
     return "\n".join(lines)
 
 
-SKILL = Skill("search", respond, tool=TOOL, answer=answer)
+SKILL = Skill(respond, tool=TOOL, answer=answer)

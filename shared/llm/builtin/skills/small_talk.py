@@ -42,4 +42,4 @@ def fallback(turn: Turn) -> BuiltinReply:
     return BuiltinReply(text=text + _CAPABILITIES)
 
 
-SKILL = Skill("small talk", respond)
+SKILL = Skill(respond)
