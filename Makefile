@@ -17,6 +17,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
+# Ports: make run CHAT_PORT=9000 AGENT_PORT=9001 (run_local.py reads them from the environment).
 run: install
 	$(BIN)/python deploy/run_local.py --host $(HOST)
 

@@ -1,9 +1,15 @@
 """Start the product on its embedded defaults: `make run`.
 
-Both services on loopback, SQLite files under ``var/``, in-process fan-out, the built-in offline
+Both services on loopback (chat on CHAT_PORT or --chat-port, default 8000; Agent Service on AGENT_PORT
+or --agent-port, default 8001), SQLite files under ``var/``, in-process fan-out, the built-in offline
 LLM. Development secrets (the Agent Service API key and the JWT secret) are generated once into
-``var/dev-secrets.env`` so restarts keep working tokens; any variable already set in the
-environment wins. Ctrl-C stops both services.
+``var/dev-secrets.env`` so restarts keep working tokens; any variable already set in the environment
+wins.
+
+It supervises the two services the way an orchestrator would: a service that exits is started again
+after a back-off (1, 2, 4 ... 30 s) while the other keeps running, so the chat stays up with the Agent
+Service down (it answers with the direct LLM and a notice). A port already in use stops it before
+anything starts. Ctrl-C (SIGINT) or SIGTERM stops both services and exits with 0.
 """
 
 from __future__ import annotations
@@ -12,15 +18,24 @@ import argparse
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VAR = ROOT / "var"
 SECRETS_FILE = VAR / "dev-secrets.env"
+BACKOFF_S = (1, 2, 4, 8, 16, 30)
+# A service that ran this long before it exited starts its back-off from the beginning again.
+STABLE_S = 60.0
+
+
+def say(message: str) -> None:
+    print(f"make run: {message}", flush=True)
 
 
 def load_dev_secrets() -> dict[str, str]:
@@ -42,29 +57,123 @@ def load_dev_secrets() -> dict[str, str]:
     return values
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"service behind {url} exited with code {proc.returncode}")
+def answers_health(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@dataclass
+class Service:
+    name: str
+    module: str
+    host: str
+    port: int
+    port_variable: str  # and its flag: AGENT_PORT, --agent-port
+    proc: subprocess.Popen | None = None
+    started_at: float = 0.0
+    failures: int = 0  # exits in a row, each after less than STABLE_S
+    restart_at: float | None = None
+    recovering: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def check_port_free(self) -> None:
+        family = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)[0][0]
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url} did not become healthy within {timeout:.0f} s")
+            # SO_REUSEADDR as uvicorn: connections of an earlier run left in TIME_WAIT are no conflict.
+            socket.create_server((self.host, self.port), family=family).close()
+        except OSError as exc:
+            earlier = " (it answers /health: an earlier `make run`?)" if answers_health(self.url) else ""
+            flag = "--" + self.port_variable.lower().replace("_", "-")
+            raise SystemExit(
+                f"make run: the {self.name} port {self.port} on {self.host} is already in use{earlier}: "
+                f"{exc.strerror}. Stop what uses it, or choose another port: "
+                f"{self.port_variable}=<port> make run (or {flag} <port>)."
+            ) from None
+
+    def start(self, env: dict[str, str]) -> None:
+        command = [sys.executable, "-m", self.module, "--host", self.host, "--port", str(self.port)]
+        self.proc = subprocess.Popen(command, env=env, cwd=ROOT)
+        self.started_at = time.monotonic()
+        say(f"{self.name} started (pid {self.proc.pid}) on {self.url}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--chat-port", type=int, default=int(os.environ.get("CHAT_PORT", 8000)))
-    parser.add_argument("--agent-port", type=int, default=int(os.environ.get("AGENT_PORT", 8001)))
-    parser.add_argument("--user", default="demo", help="user id of the printed development token")
-    args = parser.parse_args()
+class Supervisor:
+    def __init__(self, services: list[Service], env: dict[str, str]) -> None:
+        self.services = services
+        self.env = env
+        self.stopping = False
+        signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGTERM, self.request_stop)
 
+    def request_stop(self, *_: object) -> None:
+        self.stopping = True
+
+    def start(self, service: Service, timeout: float = 60.0) -> None:
+        """Start a service and wait for its /health; a service that cannot start ends make run."""
+        service.start(self.env)
+        deadline = time.monotonic() + timeout
+        while not self.stopping and time.monotonic() < deadline:
+            if service.proc.poll() is not None:
+                raise SystemExit(f"make run: the {service.name} exited during start-up with code "
+                                 f"{service.proc.returncode} (its log is above)")
+            if answers_health(service.url):
+                return
+            time.sleep(0.2)
+        if not self.stopping:
+            raise SystemExit(f"make run: the {service.name} did not answer {service.url}/health in time")
+
+    def tend(self, service: Service, now: float) -> None:
+        """Restart a service that exited, after its back-off; say when it answers again."""
+        if service.restart_at is not None:
+            if now >= service.restart_at:
+                service.restart_at = None
+                service.recovering = True
+                service.start(self.env)
+            return
+        code = service.proc.poll()
+        if code is None:
+            if service.recovering and answers_health(service.url):
+                service.recovering = False
+                say(f"{service.name} is back on {service.url}")
+            return
+        if now - service.started_at >= STABLE_S:
+            service.failures = 0
+        delay = BACKOFF_S[min(service.failures, len(BACKOFF_S) - 1)]
+        service.failures += 1
+        service.restart_at = now + delay
+        others = ", ".join(s.name for s in self.services if s is not service)
+        say(f"{service.name} exited with code {code}; restarting it in {delay} s ({others} keeps running)")
+
+    def watch(self) -> None:
+        while not self.stopping:
+            for service in self.services:
+                self.tend(service, time.monotonic())
+            time.sleep(0.2)
+
+    def stop_all(self) -> None:
+        for service in self.services:
+            service.stop()
+        for service in self.services:
+            if service.proc is None:
+                continue
+            try:
+                service.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                service.proc.kill()
+                service.proc.wait()
+
+
+def _environment(agent: Service, chat: Service) -> dict[str, str]:
     dev = load_dev_secrets()
     env = dict(os.environ)
     env.setdefault("AGENT_SERVICE_DATABASE_URL", f"sqlite+aiosqlite:///{VAR / 'agent_service.db'}")
@@ -72,58 +181,60 @@ def main() -> None:
     env.setdefault("AGENT_SERVICE_API_KEYS", dev["DEV_AGENT_API_KEY"])
     env.setdefault("AGENT_SERVICE_API_KEY", env["AGENT_SERVICE_API_KEYS"].split(",")[0])
     env.setdefault("AUTH_JWT_SECRET", dev["DEV_JWT_SECRET"])
-    env.setdefault("AGENT_SERVICE_URL", f"http://{args.host}:{args.agent_port}")
+    env.setdefault("AGENT_SERVICE_URL", agent.url)
     env.setdefault("LLM_PROVIDER", "builtin")
-    chat_origin = f"http://{args.host}:{args.chat_port}"
-    env.setdefault("WS_ALLOWED_ORIGINS", f"{chat_origin},http://localhost:{args.chat_port}")
+    env.setdefault("WS_ALLOWED_ORIGINS", f"{chat.url},http://localhost:{chat.port}")
+    return env
 
-    python = sys.executable
-    for module in ("agent_service", "conversation_service"):
-        subprocess.run([python, "-m", module, "migrate"], env=env, cwd=ROOT, check=True)
 
-    procs: list[subprocess.Popen] = []
+def _port(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
 
-    def stop(*_: object) -> None:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        raise SystemExit(0)
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--chat-port", type=int, default=_port("CHAT_PORT", 8000))
+    parser.add_argument("--agent-port", type=int, default=_port("AGENT_PORT", 8001))
+    parser.add_argument("--user", default="demo", help="user id of the printed development token")
+    args = parser.parse_args()
 
-    agent_url = f"http://{args.host}:{args.agent_port}"
-    chat_url = f"http://{args.host}:{args.chat_port}"
-    procs.append(subprocess.Popen([python, "-m", "agent_service", "--host", args.host, "--port", str(args.agent_port)], env=env, cwd=ROOT))
-    wait_healthy(agent_url, procs[-1])
-    procs.append(subprocess.Popen([python, "-m", "conversation_service", "--host", args.host, "--port", str(args.chat_port)], env=env, cwd=ROOT))
-    wait_healthy(chat_url, procs[-1])
+    agent = Service("agent service", "agent_service", args.host, args.agent_port, "AGENT_PORT")
+    chat = Service("chat service", "conversation_service", args.host, args.chat_port, "CHAT_PORT")
+    for service in (agent, chat):
+        service.check_port_free()
+    env = _environment(agent, chat)
+    supervisor = Supervisor([agent, chat], env)
+    try:
+        for service in (agent, chat):
+            migrate = [sys.executable, "-m", service.module, "migrate"]
+            if subprocess.run(migrate, check=False, env=env, cwd=ROOT).returncode and not supervisor.stopping:
+                raise SystemExit(f"make run: migrating the {service.name} database failed (its log is above)")
+        for service in (agent, chat):
+            if not supervisor.stopping:
+                supervisor.start(service)
+        if not supervisor.stopping:
+            token = subprocess.run(
+                [sys.executable, "-m", "conversation_service", "token", "--user", args.user],
+                env=env, cwd=ROOT, check=True, capture_output=True, text=True,
+            ).stdout.strip()
+            _print_banner(chat.url, agent.url, args.user, token)
+            supervisor.watch()
+    finally:
+        supervisor.stop_all()
 
-    token = subprocess.run(
-        [python, "-m", "conversation_service", "token", "--user", args.user],
-        env=env, cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout.strip()
 
+def _print_banner(chat_url: str, agent_url: str, user: str, token: str) -> None:
     print(
         "\nTaskForce bridge is running (SQLite under var/, in-process fan-out, built-in offline LLM)\n"
         f"  chat page:      {chat_url}/?token={token}\n"
         f"  chat API:       {chat_url}/docs   (Authorization: Bearer <token>)\n"
         f"  agent service:  {agent_url}/docs  (X-API-Key from var/dev-secrets.env)\n"
-        f"  dev token for user '{args.user}': {token}\n"
-        "Try: '/agent what is 17*23', '@agent plan a trip', or a plain message. Ctrl-C stops both services.\n",
+        f"  dev token for user '{user}': {token}\n"
+        "Try: '/agent what is 17*23', '@agent plan a trip', or a plain message. A service that stops is\n"
+        "restarted; the chat keeps answering while the agent is down. Ctrl-C stops both services.\n",
         flush=True,
     )
-    while True:
-        for proc in procs:
-            if proc.poll() is not None:
-                print(f"a service exited with code {proc.returncode}; stopping", file=sys.stderr)
-                stop()
-        time.sleep(0.5)
 
 
 if __name__ == "__main__":
