@@ -35,7 +35,6 @@ from conversation_service.health import router as health_router
 from conversation_service.history.extractor import HistoryExtractor
 from conversation_service.history.repository import DatabaseSummaryCache
 from conversation_service.history.settings import HistorySettings
-from conversation_service.limits import BodySizeLimitMiddleware
 from conversation_service.messages.dispatch import DirectReplyDispatcher, ReplyDispatcher
 from conversation_service.messages.router import router as messages_router
 from conversation_service.metrics import ConversationMetrics
@@ -50,12 +49,13 @@ from conversation_service.routing.settings import RoutingSettings
 from conversation_service.settings import ConversationSettings
 from conversation_service.state import ServiceState
 from conversation_service.tasks import TaskSupervisor
+from shared.body_limit import BodySizeLimitMiddleware
 from shared.db import create_engine, create_sessionmaker
+from shared.fastpath.process import tune_process
 from shared.heap_profile import install_heap_profile
 from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.logging import RequestIdMiddleware
-from shared.fastpath.process import tune_process
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def create_app(
             interval=settings.frame_flush_interval_s,
             max_batch=settings.frame_flush_max_batch,
             queue_size=settings.frame_writer_queue_size,
-            metrics=metrics,
+            metrics=metrics.frames,
         )
 
         async def seq_floor(conversation_id: str) -> int:
@@ -133,10 +133,10 @@ def create_app(
             seq = InProcessSeqAllocator(seq_floor)
         await hub.start()
         await writer.start()
-        publisher = FramePublisher(seq, writer, hub, metrics)
+        publisher = FramePublisher(seq, writer, hub, metrics.frames)
         tasks = TaskSupervisor()
         replier = DirectLLMReplier(
-            sessionmaker, llm, publisher, metrics,
+            sessionmaker, llm, publisher, metrics.direct,
             history_messages=settings.direct_history_messages, system_prompt=settings.direct_system_prompt,
         )
         # Agent delegation: the SDK client (its own pool and timeouts), the breaker, routing, history.
@@ -154,7 +154,7 @@ def create_app(
         )
 
         def breaker_changed(new_state: BreakerState) -> None:
-            metrics.agent_breaker_transitions.labels(state=new_state.value).inc()
+            metrics.agent.breaker_transitions[new_state.value].inc()
             log.warning("agent circuit breaker changed", extra={"breaker_state": new_state.value})
 
         breaker = CircuitBreaker(
@@ -168,7 +168,7 @@ def create_app(
             history_settings, llm=llm, summary_cache=DatabaseSummaryCache(sessionmaker), registry=metrics.registry
         )
         processor = AgentEventProcessor(
-            sessionmaker, publisher, metrics,
+            sessionmaker, publisher, metrics.agent,
             queue_size=delegation_settings.agent_event_queue_size,
             ask_user_timeout_s=delegation_settings.ask_user_timeout_s,
         )

@@ -52,7 +52,7 @@ async def submit_answer(
             raise Conflict({"message": "this question was answered already", "question_id": question.question_id})
         await ConversationRepository(session).touch(conversation.id)
     await state.publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
-    state.metrics.ask_user_questions.labels(outcome="answered").inc()
+    state.metrics.agent.questions["answered"].inc()
     answer = Answer(question_id=question.question_id, text=text, approved=body.approved)
     state.dispatcher.start_agent_turn(
         conversation, message, TurnRequest(text=text, answer=answer, route_reason="agent_answer")

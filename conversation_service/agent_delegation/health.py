@@ -52,6 +52,6 @@ class AgentHealthMonitor:
             except AgentServiceError:
                 self._last = "unavailable"
             self._checked_at = now
-            self._metrics.agent_up.set(1 if self._last == "ok" else 0)
+            self._metrics.agent.service_up.set(1 if self._last == "ok" else 0)
         state = self._breaker.state
         return {"status": self._last, "breaker": state.value, "recent_failures": self._breaker.recent_failures}

@@ -50,10 +50,10 @@ from conversation_service.db.models import (
 )
 from conversation_service.db.repository import unit_of_work
 from conversation_service.messages.repository import MessageRepository
-from conversation_service.metrics import ConversationMetrics
+from conversation_service.metrics import AgentMetrics, agent_events_received
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
-from shared.fastpath.fair_share import FairShare
+from shared.fastpath.fair_share import fair_share
 from shared.fastpath.handoff import Handoff
 from shared.protocol import (
     AskUserData,
@@ -136,7 +136,7 @@ class AgentEventProcessor:
         self,
         sessionmaker: async_sessionmaker,
         publisher: FramePublisher,
-        metrics: ConversationMetrics,
+        metrics: AgentMetrics,
         *,
         queue_size: int,
         ask_user_timeout_s: float,
@@ -146,7 +146,6 @@ class AgentEventProcessor:
         self._metrics = metrics
         self._queue_size = queue_size
         self._ask_user_timeout = timedelta(seconds=ask_user_timeout_s)
-        self._processing: dict[EventType, Any] = {}
 
     async def process(self, turn: AgentTurn, events: AsyncIterator[EventEnvelope]) -> TurnOutcome:
         state = _TurnState(turn)
@@ -155,14 +154,10 @@ class AgentEventProcessor:
             name=f"agent-events:{turn.agent_session_id}",
         )
         stream_error: Exception | None = None
-        share = FairShare()
         try:
             try:
-                async for envelope in events:
+                async for envelope in fair_share(events):
                     await handoff.put((envelope, time.perf_counter()))
-                    # The reader pauses, not the processing: events not read yet are not waiting
-                    # on this process, and other conversations are not held behind a burst.
-                    await share.checkpoint()
                     if envelope.is_terminal or handoff.error is not None:
                         break
             except Exception as exc:  # noqa: BLE001 - the stream failed: the user is told below
@@ -183,60 +178,48 @@ class AgentEventProcessor:
 
     async def _consume(self, state: _TurnState, batch: list[tuple[EventEnvelope, float]]) -> None:
         """Events in order; answer chunks that queued together become one delta. Nothing after the
-        turn's outcome is handled."""
-        turn = state.turn
+        turn's outcome is handled. The frames of progress events go out with their events' arrival
+        in effect (``agent_events_received``: the WebSocket side measures delivery from it)."""
         i = 0
         while i < len(batch) and state.outcome is None:
-            envelope, received_at = batch[i]
+            envelope = batch[i][0]
+            end = i + 1
             if envelope.type is EventType.ANSWER_CHUNK:
-                end = i + 1
                 while (end < len(batch) and end - i < MAX_COALESCED_CHUNKS
                        and batch[end][0].type is EventType.ANSWER_CHUNK):
                     end += 1
-                chunks, i = batch[i:end], end
-                await self._chunks(state, chunks)
-                turn.start_opening()
-                done = time.perf_counter()
-                observe = self._processing_seconds(EventType.ANSWER_CHUNK).observe
-                for _, stamp in chunks:
-                    observe(done - stamp)
-                continue
-            i += 1
-            state.received_at = received_at
-            state.outcome = await self._handle(state, envelope)
-            turn.start_opening()
-            self._processing_seconds(envelope.type).observe(time.perf_counter() - received_at)
+            events, stamps = [e for e, _ in batch[i:end]], tuple(stamp for _, stamp in batch[i:end])
+            i = end
+            if envelope.is_terminal:
+                state.outcome = await self._finish(state, envelope)
+            else:
+                with agent_events_received(stamps):
+                    await self._progress(state, events)
+            state.turn.start_opening()
+            done = time.perf_counter()
+            observe = self._metrics.event_processing_seconds[envelope.type].observe
+            for stamp in stamps:
+                observe(done - stamp)
 
-    def _processing_seconds(self, type_: EventType) -> Any:
-        # labels() validates and locks on every call; this runs once per agent event.
-        child = self._processing.get(type_)
-        if child is None:
-            child = self._processing[type_] = self._metrics.agent_event_processing_seconds.labels(type=type_.value)
-        return child
-
-    async def _chunks(self, state: _TurnState, batch: list[tuple[EventEnvelope, float]]) -> None:
-        """Answer chunks that were already waiting together go out as one ``message.delta``: a burst
-        of 200 tokens read in one network read costs one frame instead of 200, and the text is the
-        same (clients concatenate deltas)."""
-        texts = [envelope.data.get("text", "") for envelope, _ in batch]
-        state.parts.extend(texts)
-        state.last_seq = batch[-1][0].seq
-        await self._publisher.emit(
-            state.turn.conversation.id, FrameType.MESSAGE_DELTA,
-            {"message_id": state.turn.message_id, "text": "".join(texts)},
-            received_at=tuple(stamp for _, stamp in batch),
-        )
-
-    async def _handle(self, state: _TurnState, envelope: EventEnvelope) -> TurnOutcome | None:
+    async def _progress(self, state: _TurnState, events: list[EventEnvelope]) -> None:
+        """A thought, a tool's start or end, or answer chunks that were already waiting together:
+        these go out as one ``message.delta`` (a burst of 200 tokens read in one network read costs
+        one frame instead of 200, and the text is the same: clients concatenate deltas)."""
         turn = state.turn
         cid = turn.conversation.id
+        envelope = events[-1]
         state.last_seq = envelope.seq
         match envelope.type:
+            case EventType.ANSWER_CHUNK:
+                texts = [e.data.get("text", "") for e in events]
+                state.parts.extend(texts)
+                await self._publisher.emit(
+                    cid, FrameType.MESSAGE_DELTA, {"message_id": turn.message_id, "text": "".join(texts)}
+                )
             case EventType.THOUGHT:
                 data = ThoughtData.model_validate(envelope.data)
                 await self._publisher.emit(
-                    cid, FrameType.AGENT_THINKING, {"message_id": turn.message_id, "text": data.text, "step": data.step},
-                    received_at=state.received_at,
+                    cid, FrameType.AGENT_THINKING, {"message_id": turn.message_id, "text": data.text, "step": data.step}
                 )
             case EventType.TOOL_START:
                 data = ToolStartData.model_validate(envelope.data)
@@ -244,29 +227,32 @@ class AgentEventProcessor:
                 await self._publisher.emit(
                     cid, FrameType.AGENT_TOOL_START,
                     {"message_id": turn.message_id, "call_id": data.call_id, "tool": data.tool, "args": data.args},
-                    received_at=state.received_at,
                 )
             case EventType.TOOL_END:
-                data = ToolEndData.model_validate(envelope.data)
-                entry = state.tools.setdefault(data.call_id, {"tool": data.tool})
-                preview = _preview(data.result) if data.ok else None
-                entry.update(status="ok" if data.ok else "error", duration_ms=round(data.duration_ms, 2),
-                             error=data.error, result_preview=preview)
-                frame = {"message_id": turn.message_id, "call_id": data.call_id, "tool": entry.get("tool"),
-                         "ok": data.ok, "duration_ms": data.duration_ms, "error": data.error, "result_preview": preview}
-                await self._publisher.emit(
-                    cid, FrameType.AGENT_TOOL_END, frame, boundary=True, received_at=state.received_at
-                )
-                await turn.ready()
-                async with unit_of_work(self._sessionmaker) as session:
-                    await MessageRepository(session).set_agent_metadata(turn.message_id, state.metadata())
+                await self._tool_end(state, ToolEndData.model_validate(envelope.data))
+
+    async def _tool_end(self, state: _TurnState, data: ToolEndData) -> None:
+        turn = state.turn
+        entry = state.tools.setdefault(data.call_id, {"tool": data.tool})
+        preview = _preview(data.result) if data.ok else None
+        entry.update(status="ok" if data.ok else "error", duration_ms=round(data.duration_ms, 2),
+                     error=data.error, result_preview=preview)
+        frame = {"message_id": turn.message_id, "call_id": data.call_id, "tool": entry.get("tool"),
+                 "ok": data.ok, "duration_ms": data.duration_ms, "error": data.error, "result_preview": preview}
+        await self._publisher.emit(turn.conversation.id, FrameType.AGENT_TOOL_END, frame, boundary=True)
+        await turn.ready()
+        async with unit_of_work(self._sessionmaker) as session:
+            await MessageRepository(session).set_agent_metadata(turn.message_id, state.metadata())
+
+    async def _finish(self, state: _TurnState, envelope: EventEnvelope) -> TurnOutcome:
+        state.last_seq = envelope.seq
+        match envelope.type:
             case EventType.COMPLETE:
                 return await self._complete(state, CompleteData.model_validate(envelope.data))
             case EventType.ASK_USER:
                 return await self._ask_user(state, AskUserData.model_validate(envelope.data))
-            case EventType.ERROR:
+            case _:
                 return await self._agent_error(state, ErrorData.model_validate(envelope.data))
-        return None
 
     async def _complete(self, state: _TurnState, data: CompleteData) -> TurnOutcome:
         turn = state.turn
@@ -387,14 +373,13 @@ MAX_COALESCED_CHUNKS = 64
 
 
 class _TurnState:
-    __slots__ = ("last_seq", "outcome", "parts", "received_at", "tools", "turn")
+    __slots__ = ("last_seq", "outcome", "parts", "tools", "turn")
 
     def __init__(self, turn: AgentTurn) -> None:
         self.turn = turn
         self.parts: list[str] = []
         self.tools: dict[str, dict[str, Any]] = {}
         self.last_seq: int | None = None
-        self.received_at: float | None = None
         self.outcome: TurnOutcome | None = None  # the first terminal event's: the turn is over
 
     def metadata(self, **extra: Any) -> dict[str, Any]:

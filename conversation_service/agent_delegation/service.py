@@ -142,7 +142,7 @@ class AgentDelegation:
         except Exception:
             # Last line of defence: the user must learn that this message got no answer.
             log.exception("agent turn failed", extra={"message_id": user_message.id})
-            self._metrics.agent_turns.labels(outcome="failed").inc()
+            self._metrics.agent.turns["failed"].inc()
             await self._publisher.emit(
                 conversation.id, FrameType.NOTICE,
                 {"code": "agent_failed", "text": "The agent could not answer this message. Please try again."},
@@ -168,7 +168,7 @@ class AgentDelegation:
                  "text": "Another agent session is starting for this conversation. Please resend your message."},
                 boundary=True,
             )
-            self._metrics.agent_turns.labels(outcome="failed").inc()
+            self._metrics.agent.turns["failed"].inc()
             return
         row, history_rows = claimed
         row_id, agent_session_id, profile_name = row.id, row.agent_session_id, row.profile_name
@@ -201,7 +201,7 @@ class AgentDelegation:
             self._breaker.release()
             await stream.aclose()
             raise
-        self._metrics.agent_first_chunk_seconds.observe(time.perf_counter() - started)
+        self._metrics.agent.first_chunk_seconds.observe(time.perf_counter() - started)
         session_id_token = session_id_var.set(stream.session_id)
         turn: AgentTurn | None = None
         try:
@@ -329,7 +329,7 @@ class AgentDelegation:
                          message_id=message.id, in_reply_to=user_message.id)
         await self._processor.fail(turn, None, code=type(error).__name__, text=error.user_message,
                                    retryable=error.retryable)
-        self._metrics.agent_turns.labels(outcome="failed").inc()
+        self._metrics.agent.turns["failed"].inc()
 
     async def _settle(
         self,
@@ -341,9 +341,9 @@ class AgentDelegation:
         attempts: int,
         is_probe: bool,
     ) -> None:
-        self._metrics.agent_turns.labels(outcome=outcome.kind.value).inc()
+        self._metrics.agent.turns[outcome.kind.value].inc()
         if outcome.kind is TurnOutcomeKind.ASK_USER:
-            self._metrics.ask_user_questions.labels(outcome="asked").inc()
+            self._metrics.agent.questions["asked"].inc()
         if outcome.kind is TurnOutcomeKind.INTERRUPTED:
             self._breaker.record_failure()
             await self._dead_letter(conversation.id, user_message.id, turn.agent_session_id,
@@ -374,7 +374,7 @@ class AgentDelegation:
                 await AgentSessionRepository(session).update_status(
                     row_id, AgentSessionStatus.FAILED, expected=[AgentSessionStatus.ACTIVE]
                 )
-        self._metrics.agent_turns.labels(outcome="fallback").inc()
+        self._metrics.agent.turns["fallback"].inc()
         log.warning("agent unavailable, falling back to the direct LLM",
                     extra={"error_code": code, "message_id": user_message.id})
         await self._replier.reply(
@@ -391,14 +391,14 @@ class AgentDelegation:
                 conversation_id=conversation_id, message_id=message_id, agent_session_id=agent_session_id,
                 error_code=code, error_detail=detail, payload=payload, attempts=attempts,
             )
-        self._metrics.agent_dead_letters.labels(code=code).inc()
+        self._metrics.agent.dead_letters[code].inc()
 
     def _count_retries(self, stream) -> None:
         """Add a finished stream's retry and reconnect counts to the metrics (call once per stream)."""
         if stream.retries:
-            self._metrics.agent_retries.labels(kind="retry").inc(stream.retries)
+            self._metrics.agent.retries["retry"].inc(stream.retries)
         if stream.reconnects:
-            self._metrics.agent_retries.labels(kind="reconnect").inc(stream.reconnects)
+            self._metrics.agent.retries["reconnect"].inc(stream.reconnects)
 
     # -- ASK_USER -------------------------------------------------------------------------------
 
@@ -412,7 +412,7 @@ class AgentDelegation:
                 expected=[AgentSessionStatus.AWAITING_USER, AgentSessionStatus.ACTIVE],
             )
             await ConversationRepository(session).set_agent_status(question.conversation_id, None)
-        self._metrics.ask_user_questions.labels(outcome="expired").inc()
+        self._metrics.agent.questions["expired"].inc()
         if notify:
             await self._publisher.emit(
                 question.conversation_id, FrameType.NOTICE,
@@ -438,7 +438,7 @@ class AgentDelegation:
                     await ConversationRepository(session).set_agent_status(question.conversation_id, None)
                     handled.append(question)
         for question in handled:
-            self._metrics.ask_user_questions.labels(outcome="expired").inc()
+            self._metrics.agent.questions["expired"].inc()
             await self._publisher.emit(
                 question.conversation_id, FrameType.NOTICE,
                 {"code": "agent_question_expired", "text": QUESTION_EXPIRED_NOTICE,

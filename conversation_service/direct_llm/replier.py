@@ -17,10 +17,10 @@ from conversation_service.db.models import Conversation, Message, MessageRole, M
 from conversation_service.db.repository import unit_of_work
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import MessageOut
-from conversation_service.metrics import ConversationMetrics
+from conversation_service.metrics import DirectReplyMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
-from shared.fastpath.fair_share import FairShare
+from shared.fastpath.fair_share import fair_share
 from shared.llm.base import LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
 from shared.logging import conversation_id_var
 
@@ -35,7 +35,7 @@ class DirectLLMReplier:
         sessionmaker: async_sessionmaker,
         provider: LLMProvider,
         publisher: FramePublisher,
-        metrics: ConversationMetrics,
+        metrics: DirectReplyMetrics,
         *,
         history_messages: int,
         system_prompt: str,
@@ -89,21 +89,18 @@ class DirectLLMReplier:
         parts: list[str] = []
         started = time.perf_counter()
         first = True
-        share = FairShare()
         try:
-            async for event in self._provider.stream(prompt):
+            # Deltas of one network read come without a wait and each frame is written inside
+            # emit: fair_share pauses between them, so other conversations are not held behind a burst.
+            async for event in fair_share(self._provider.stream(prompt)):
                 if isinstance(event, TextDelta) and event.text:
                     if first:
-                        self._metrics.direct_first_chunk_seconds.observe(time.perf_counter() - started)
+                        self._metrics.first_chunk_seconds.observe(time.perf_counter() - started)
                         first = False
                     parts.append(event.text)
                     await self._publisher.emit(
                         conversation_id, FrameType.MESSAGE_DELTA, {"message_id": message.id, "text": event.text}
                     )
-                    # Deltas of one network read come without a wait and each frame is written
-                    # inside emit: pause (after the frame is out) so other conversations are not
-                    # held behind a whole burst.
-                    await share.checkpoint()
                 elif isinstance(event, LLMDone):
                     break
         except Exception as exc:  # the provider or the network failed: the user must see it
@@ -121,7 +118,7 @@ class DirectLLMReplier:
                 {"message_id": message.id, "code": code, "text": USER_FACING_LLM_ERROR, "content": content},
                 boundary=True,
             )
-            self._metrics.direct_replies.labels(outcome="error").inc()
+            self._metrics.replies["error"].inc()
             message.content, message.status = content, MessageStatus.ERROR.value
             return message
 
@@ -134,6 +131,6 @@ class DirectLLMReplier:
             {"message_id": message.id, "content": content, "status": MessageStatus.COMPLETE.value},
             boundary=True,
         )
-        self._metrics.direct_replies.labels(outcome="ok").inc()
+        self._metrics.replies["ok"].inc()
         message.content, message.status = content, MessageStatus.COMPLETE.value
         return message

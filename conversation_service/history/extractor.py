@@ -7,9 +7,7 @@ the token budget is, so the caller can warn the user before the context overflow
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -23,6 +21,7 @@ from conversation_service.history.strategies import Window, clip_content, fit_ne
 from conversation_service.history.summarizer import Summarizer, SummaryError, plan_chunks
 from conversation_service.history.summary_cache import CachedSummary, InMemorySummaryCache, SummaryCache
 from conversation_service.history.tokens import HistoryItem, TokenCounter
+from shared.keyed_lock import KeyedLock
 from shared.llm.base import LLMProvider
 from shared.protocol import ChatMessage, Role, UserContext, utcnow
 
@@ -63,7 +62,7 @@ class HistoryExtractor:
         )
         # One refresh per conversation at a time in this process: concurrent turns reuse its result
         # instead of paying for the same LLM call twice.
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._locks = KeyedLock()
         self._fill = self._near_limit = None
         if registry is not None:
             self._fill = Histogram(
@@ -139,11 +138,7 @@ class HistoryExtractor:
             whole = await fit_newest(items, self._counter, budget, len(items), truncate_newest=False)
             if len(whole.items) == len(items):
                 return self._result(HistoryStrategyName.SUMMARY, items, whole, skipped)
-        lock = self._locks.get(conversation_id)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[conversation_id] = lock
-        async with lock:
+        async with self._locks(conversation_id):
             return await self._compress(conversation_id, items, skipped)
 
     async def _cache_get(self, conversation_id: str) -> CachedSummary | None:

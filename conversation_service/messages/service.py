@@ -55,7 +55,7 @@ async def post_message(
             if client_message_id is not None:
                 existing = await messages.get_by_client_id(conversation_id, client_message_id)
                 if existing is not None:
-                    state.metrics.messages_deduplicated.inc()
+                    state.metrics.messages.deduplicated.inc()
                     return _accepted(existing, duplicate=True)
             message = await messages.create(
                 conversation_id=conversation_id,
@@ -72,7 +72,7 @@ async def post_message(
             existing = await MessageRepository(session).get_by_client_id(conversation_id, client_message_id)
         if existing is None:
             raise NotFound("conversation not found") from None
-        state.metrics.messages_deduplicated.inc()
+        state.metrics.messages.deduplicated.inc()
         return _accepted(existing, duplicate=True)
 
     # Committed before any reply work starts, so the reply's history read includes it.
@@ -93,7 +93,7 @@ async def post_message(
     async with unit_of_work(state.sessionmaker) as session:
         await MessageRepository(session).set_agent_metadata(message.id, metadata)
     message.agent_metadata = metadata
-    state.metrics.messages_posted.labels(target=route["target"]).inc()
+    state.metrics.messages.posted[route["target"]].inc()
     log.info("message accepted", extra={"message_id": message.id, "route_target": route["target"],
                                         "route_reason": route["reason"], "chars": len(content)})
     return _accepted(message, duplicate=False)

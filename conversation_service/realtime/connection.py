@@ -19,6 +19,7 @@ import orjson
 from starlette.websockets import WebSocket
 
 from conversation_service.db.repository import unit_of_work
+from conversation_service.metrics import agent_events_in_hand
 from conversation_service.realtime.frames import Frame
 from conversation_service.realtime.repository import FrameRepository
 from conversation_service.state import ServiceState
@@ -63,7 +64,8 @@ class ClientConnection:
         self._replay_to.set_result(target)
 
     def deliver(self, frame: Frame) -> None:
-        self._offer(frame)
+        # The stamps in effect now are this frame's: by the time a queued frame is sent, they are not.
+        self._offer((frame, agent_events_in_hand()))
 
     def send_control(self, frame: dict[str, Any]) -> None:
         """A frame for this client only (pong, ack, error): no seq, same ordered send path."""
@@ -73,7 +75,7 @@ class ClientConnection:
         """Stop sending; frames still queued are dropped (a resume gets them from the database)."""
         self._outbox.close()
 
-    def _offer(self, item: Frame | dict[str, Any]) -> None:
+    def _offer(self, item: tuple[Frame, tuple[float, ...] | None] | dict[str, Any]) -> None:
         outbox = self._outbox
         if outbox.offer(item) or outbox.closed or outbox.error is not None:
             return
@@ -84,28 +86,28 @@ class ClientConnection:
 
     async def _send_batch(self, batch: list[Any]) -> None:
         for item in batch:
-            if isinstance(item, Frame):
-                if item.seq <= self.last_sent:
+            if isinstance(item, tuple):
+                frame, stamps = item
+                if frame.seq <= self.last_sent:
                     continue  # already sent by a replay
-                if item.seq > self.last_sent + 1:
+                if frame.seq > self.last_sent + 1:
                     # A gap: an earlier frame is still on its way (another replica, or published
                     # after this one). The database has it within one group commit.
-                    await self.catch_up(item.seq - 1)
-                await self._send(item)
+                    await self.catch_up(frame.seq - 1)
+                await self._send(frame, stamps)
             elif item is _START:
                 await self.catch_up(await self._replay_to)
             else:
                 await self.ws.send_text(orjson.dumps(item).decode())
 
-    async def _send(self, frame: Frame) -> None:
+    async def _send(self, frame: Frame, stamps: tuple[float, ...] | None = None) -> None:
         await self.ws.send_text(frame.to_text())
         self.last_sent = frame.seq
-        self.state.metrics.ws_frames_sent.inc()
-        stamps = frame.received_at
+        self.state.metrics.websocket.frames_sent.inc()
         if stamps is not None:
             now = time.perf_counter()
-            observe = self.state.metrics.agent_event_delivery_seconds.observe
-            for stamp in stamps if isinstance(stamps, tuple) else (stamps,):
+            observe = self.state.metrics.websocket.agent_event_delivery_seconds.observe
+            for stamp in stamps:
                 observe(now - stamp)
 
     async def _read_db(self, after: int, upto: int | None = None) -> list[Frame]:

@@ -34,10 +34,6 @@ class Frame:
     seq: int
     conversation_id: str
     data: dict[str, Any]
-    # perf_counter() when the agent event(s) behind this frame were received (several when chunks
-    # were coalesced), so the sender can measure each event's path to the socket. Local to this
-    # process: never serialised.
-    received_at: float | tuple[float, ...] | None = field(default=None, compare=False, repr=False)
     # The encoded frame, made on first use: a frame goes to every client of its conversation (and
     # to Redis), and is encoded once, not once per client.
     _text: str | None = field(default=None, init=False, compare=False, repr=False)

@@ -149,5 +149,5 @@ class RedisHub(Hub):
             finally:
                 try:
                     await pubsub.aclose()
-                except Exception:  # the connection may already be gone
+                except Exception:  # noqa: BLE001, S110 - the connection may already be gone
                     pass

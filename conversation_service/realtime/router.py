@@ -86,14 +86,14 @@ async def conversation_ws(websocket: WebSocket, conversation_id: str) -> None:
     conversation_id_var.set(conversation_id)
 
     if not origin_allowed(websocket.headers.get("origin"), websocket.headers.get("host"), state.settings.allowed_origins):
-        metrics.ws_rejected.labels(reason="origin").inc()
+        metrics.websocket.rejected["origin"].inc()
         await websocket.close(code=WS_POLICY_VIOLATION)  # before accept: the handshake is refused
         return
     raw_after = websocket.query_params.get("after_seq")
     after_seq: int | None = None
     if raw_after is not None:
         if not raw_after.isdigit() or len(raw_after) > 18:
-            metrics.ws_rejected.labels(reason="bad_after_seq").inc()
+            metrics.websocket.rejected["bad_after_seq"].inc()
             await websocket.close(code=WS_POLICY_VIOLATION)
             return
         after_seq = int(raw_after)
@@ -105,7 +105,7 @@ async def conversation_ws(websocket: WebSocket, conversation_id: str) -> None:
             user = verify_token(header_token, state.settings.auth_jwt_secret.get_secret_value(),
                                 leeway_s=state.settings.auth_jwt_leeway_s)
     except Unauthorized:
-        metrics.ws_rejected.labels(reason="auth").inc()
+        metrics.websocket.rejected["auth"].inc()
         await websocket.close(code=WS_POLICY_VIOLATION)
         return
 
@@ -116,7 +116,7 @@ async def conversation_ws(websocket: WebSocket, conversation_id: str) -> None:
             async with unit_of_work(state.sessionmaker) as session:
                 await get_owned_conversation(session, user, conversation_id)
         except ServiceError:
-            metrics.ws_rejected.labels(reason="not_owner").inc()
+            metrics.websocket.rejected["not_owner"].inc()
             # Accept, then close 1008: the same answer as for first-frame auth and a non-owner.
             await websocket.accept()
             await _close(websocket, WS_POLICY_VIOLATION, "conversation not found")
@@ -129,17 +129,17 @@ async def conversation_ws(websocket: WebSocket, conversation_id: str) -> None:
         try:
             user = await _authenticate_first_frame(websocket, state)
         except TimeoutError:
-            metrics.ws_rejected.labels(reason="auth_timeout").inc()
+            metrics.websocket.rejected["auth_timeout"].inc()
             await _close(websocket, WS_POLICY_VIOLATION, "authentication timeout")
             return
         except Unauthorized:
-            metrics.ws_rejected.labels(reason="auth").inc()
+            metrics.websocket.rejected["auth"].inc()
             await _close(websocket, WS_POLICY_VIOLATION, "authentication failed")
             return
         async with unit_of_work(state.sessionmaker) as session:
             await get_owned_conversation(session, user, conversation_id)
     except ServiceError:
-        metrics.ws_rejected.labels(reason="not_owner").inc()
+        metrics.websocket.rejected["not_owner"].inc()
         # Same answer for "not yours" and "does not exist".
         await _close(websocket, WS_POLICY_VIOLATION, "conversation not found")
         return
@@ -155,7 +155,7 @@ async def _serve(
 ) -> None:
     conn = ClientConnection(websocket, state, conversation_id)
     unsubscribe = state.hub.subscribe(conversation_id, conn)  # first: nothing published from now is missed
-    state.metrics.ws_connections.inc()
+    state.metrics.websocket.connections.inc()
     watchers: list[asyncio.Task] = []
     try:
         # Read where the stream stands before the client can see the handshake complete: a frame
@@ -171,7 +171,7 @@ async def _serve(
         watchers = [receiver, overflow, send_failed]
         done, _ = await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
         if overflow in done:
-            state.metrics.ws_slow_consumers.inc()
+            state.metrics.websocket.slow_consumers.inc()
             log.info("closing a slow WebSocket client", extra={"last_sent": conn.last_sent})
             unsubscribe()
             receiver.cancel()
@@ -194,7 +194,7 @@ async def _serve(
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
-        state.metrics.ws_connections.dec()
+        state.metrics.websocket.connections.dec()
 
 
 class _CloseRequest(Exception):

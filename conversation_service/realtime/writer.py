@@ -14,7 +14,7 @@ import time
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from conversation_service.db.repository import unit_of_work
-from conversation_service.metrics import ConversationMetrics
+from conversation_service.metrics import FrameMetrics
 from conversation_service.realtime.frames import Frame
 from conversation_service.realtime.repository import FrameRepository
 
@@ -31,7 +31,7 @@ class FrameWriter:
         interval: float,
         max_batch: int,
         queue_size: int,
-        metrics: ConversationMetrics,
+        metrics: FrameMetrics,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._interval = interval
@@ -134,11 +134,11 @@ class FrameWriter:
                 if attempt == _WRITE_ATTEMPTS:
                     # Live clients already have these frames; only a later replay misses them.
                     log.exception("could not persist frames", extra={"frames": len(batch)})
-                    self._metrics.frames_lost.inc(len(batch))
+                    self._metrics.lost.inc(len(batch))
                 else:
                     log.warning("frame batch write failed; retrying", extra={"attempt": attempt})
-        self._metrics.frame_flush_seconds.observe(time.perf_counter() - started)
-        self._metrics.frames_persisted.inc(len(batch))
+        self._metrics.flush_seconds.observe(time.perf_counter() - started)
+        self._metrics.persisted.inc(len(batch))
         for frame in batch:
             if self._pending.get(frame.conversation_id) == frame.seq:
                 del self._pending[frame.conversation_id]

@@ -38,7 +38,7 @@ from conversation_service.db.models import (
     PendingInteraction,
 )
 from conversation_service.db.repository import unit_of_work
-from conversation_service.metrics import ConversationMetrics
+from conversation_service.metrics import ConversationMetrics, agent_events_in_hand
 from conversation_service.realtime.frames import Frame, FrameType
 from conversation_service.realtime.hub import InProcessHub
 from conversation_service.realtime.publisher import FramePublisher
@@ -57,10 +57,13 @@ class FrameLog:
 
     def __init__(self) -> None:
         self.frames: list[Frame] = []
+        # The agent events' arrival stamps in effect when each frame was delivered (by frame seq).
+        self.stamps: dict[int, tuple[float, ...] | None] = {}
         self._waiters: list[tuple[Any, asyncio.Event]] = []
 
     def deliver(self, frame: Frame) -> None:
         self.frames.append(frame)
+        self.stamps[frame.seq] = agent_events_in_hand()
         for predicate, ready in self._waiters:
             if predicate(self.frames):
                 ready.set()
@@ -104,6 +107,7 @@ class Bed:
     sessionmaker: Any
     writer: FrameWriter
     hub: InProcessHub
+    seq: InProcessSeqAllocator
     publisher: FramePublisher
     metrics: ConversationMetrics
     log: FrameLog
@@ -115,7 +119,7 @@ class Bed:
 
     def processor(self, queue_size: int = 64) -> AgentEventProcessor:
         return AgentEventProcessor(
-            self.sessionmaker, self.publisher, self.metrics,
+            self.sessionmaker, self.publisher, self.metrics.agent,
             queue_size=queue_size, ask_user_timeout_s=ASK_USER_TIMEOUT_S,
         )
 
@@ -146,7 +150,8 @@ async def _make_bed(database_url: str, *, flush_interval: float,
     await migrate.upgrade(engine)
     sessionmaker = create_sessionmaker(engine)
     metrics = ConversationMetrics()
-    writer = FrameWriter(sessionmaker, interval=flush_interval, max_batch=10_000, queue_size=100_000, metrics=metrics)
+    writer = FrameWriter(sessionmaker, interval=flush_interval, max_batch=10_000, queue_size=100_000,
+                         metrics=metrics.frames)
 
     async def floor(conversation_id: str) -> int:
         async with unit_of_work(sessionmaker) as session:
@@ -156,7 +161,8 @@ async def _make_bed(database_url: str, *, flush_interval: float,
     hub = InProcessHub()
     await hub.start()
     await writer.start()
-    publisher = FramePublisher(InProcessSeqAllocator(floor), writer, hub, metrics)
+    seq = InProcessSeqAllocator(floor)
+    publisher = FramePublisher(seq, writer, hub, metrics.frames)
     async with unit_of_work(sessionmaker) as session:
         conversation = Conversation(owner_id="alice", org_id="acme", title="t", agent_status="thinking")
         session.add(conversation)
@@ -175,7 +181,7 @@ async def _make_bed(database_url: str, *, flush_interval: float,
     # (this also loads the seq floor, so the processor's own frames start from a warm allocator).
     await publisher.emit(ids[0], FrameType.MESSAGE_CREATED, {"id": ids[2], "role": "assistant"})
     try:
-        yield Bed(engine, sessionmaker, writer, hub, publisher, metrics, log, *ids, conversation, agent_session_id)
+        yield Bed(engine, sessionmaker, writer, hub, seq, publisher, metrics, log, *ids, conversation, agent_session_id)
     finally:
         await writer.close()
         await hub.close()
@@ -501,8 +507,8 @@ def _processor_on(bed: Bed, hub: InProcessHub, queue_size: int = 64) -> tuple[Ag
     """A processor publishing through ``hub``, and what a client of the conversation gets from it."""
     log = FrameLog()
     hub.subscribe(bed.conversation_id, log)
-    publisher = FramePublisher(bed.publisher.seq, bed.writer, hub, bed.metrics)
-    processor = AgentEventProcessor(bed.sessionmaker, publisher, bed.metrics, queue_size=queue_size,
+    publisher = FramePublisher(bed.seq, bed.writer, hub, bed.metrics.frames)
+    processor = AgentEventProcessor(bed.sessionmaker, publisher, bed.metrics.agent, queue_size=queue_size,
                                     ask_user_timeout_s=ASK_USER_TIMEOUT_S)
     return processor, log
 
@@ -538,7 +544,7 @@ async def test_an_idle_processor_publishes_in_the_readers_step_and_coalesces_wha
                          FrameType.MESSAGE_COMPLETED, FrameType.AGENT_COMPLETE]
     delta = log.of(FrameType.MESSAGE_DELTA)[0]
     assert delta.data == {"message_id": bed.message_id, "text": "abcd"}
-    assert isinstance(delta.received_at, tuple) and len(delta.received_at) == 4
+    assert len(log.stamps[delta.seq]) == 4
     assert [f.data["text"] for f in log.of(FrameType.AGENT_THINKING)] == ["first", "second"]
 
 
