@@ -5,9 +5,10 @@ from __future__ import annotations
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends
 from fastapi.security import APIKeyHeader
 
+from agent_service.deps import SettingsDep
 from agent_service.errors import Unauthorized
 
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False)
@@ -22,8 +23,8 @@ def key_is_valid(presented: str, keys: list[str]) -> bool:
     return valid
 
 
-async def require_api_key(request: Request, presented: Annotated[str | None, Depends(_api_key_header)]) -> None:
-    keys: list[str] = request.app.state.settings.api_keys
+async def require_api_key(settings: SettingsDep, presented: Annotated[str | None, Depends(_api_key_header)]) -> None:
+    keys = settings.api_keys
     if not presented or not keys or not key_is_valid(presented, keys):
         raise Unauthorized("missing or invalid X-API-Key")
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
+from agent_service.deps import DatabaseDep, MetricsDep
 from agent_service.errors import NotReady
 
 router = APIRouter(tags=["health"])
@@ -18,9 +19,9 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/ready")
-async def ready(request: Request) -> dict[str, str]:
+async def ready(db_engine: DatabaseDep) -> dict[str, str]:
     try:
-        async with request.app.state.db_engine.connect() as conn:
+        async with db_engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
     except (SQLAlchemyError, OSError) as exc:
         raise NotReady(f"database unavailable: {type(exc).__name__}") from None
@@ -28,5 +29,5 @@ async def ready(request: Request) -> dict[str, str]:
 
 
 @router.get("/metrics")
-async def metrics(request: Request) -> Response:
-    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(agent_metrics: MetricsDep) -> Response:
+    return Response(generate_latest(agent_metrics.registry), media_type=CONTENT_TYPE_LATEST)

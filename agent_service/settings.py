@@ -1,7 +1,9 @@
 """Configuration of the Agent Service, read from the environment (prefix ``AGENT_SERVICE_``).
 
 The defaults give the embedded topology: a SQLite file under ``var/``, migrated on start. The LLM
-provider has its own settings (``LLM_PROVIDER``, ``LLM_BASE_URL``...) shared with other services.
+provider (``LLM_PROVIDER``, ``LLM_BASE_URL``...) and the heap profiler (``DEBUG_HEAP_PROFILE``) keep the
+unprefixed variables they share with the other service, read here with the rest: one tree, each
+variable read once.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.db import is_sqlite
+from shared.heap_profile import HeapProfileSettings
+from shared.llm.config import LLMSettings
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
@@ -54,6 +58,8 @@ class AgentServiceSettings(BaseSettings):
     # client that closes: a server-side close racing the client's reuse of the connection loses a request.
     keep_alive_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 75
     log_level: str = "INFO"
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    debug: HeapProfileSettings = Field(default_factory=HeapProfileSettings)
 
     @field_validator("api_keys", mode="before")
     @classmethod

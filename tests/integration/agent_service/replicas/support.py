@@ -48,11 +48,11 @@ class GatedProvider(BuiltinProvider):
 
 
 def keeper(agent) -> LeaseKeeper:
-    return agent.app.state.lease_keeper
+    return agent.app.state.agent.lease_keeper
 
 
 def manager(agent) -> RunManager:
-    return agent.app.state.run_manager
+    return agent.app.state.agent.run_manager
 
 
 async def wait_for_status(agent, session_id: str, status: str, max_passes: int = 50) -> dict[str, Any]:

@@ -123,7 +123,7 @@ async def test_a_failed_claim_leaves_no_trace_of_the_run(agent_factory, db) -> N
             assert {r.id for r in runs if r.status == SessionStatus.ACTIVE.value} == {other_run}
             assert (await reader.scalar(select(AgentEvent.seq).where(AgentEvent.session_id == session_id)
                                         .order_by(AgentEvent.seq.desc()).limit(1))) == events_before
-        assert agent.app.state.run_manager.get(session_id) is None  # type: ignore[attr-defined]
+        assert agent.app.state.agent.run_manager.get(session_id) is None  # type: ignore[attr-defined]
 
 
 async def test_a_session_changed_elsewhere_starts_from_the_database(agent_factory, db) -> None:

@@ -67,7 +67,7 @@ async def test_malformed_json_and_oversized_body(agent_factory, db) -> None:
             "/api/v1/agent/execute", json={"message": "y" * 5000, "user_context": {"user_id": "u"}},
             headers=agent.headers(),
         )
-        assert big.status_code == 413 and big.json()["error"] == "body_too_large"
+        assert big.status_code == 413 and big.json()["error"] == "payload_too_large"
         assert await db.sessions() == 0
 
 
