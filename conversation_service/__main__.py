@@ -14,17 +14,33 @@ DEV_SECRETS_FILE = Path("var/dev-secrets.env")
 
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
 
     from conversation_service.app import create_app
     from conversation_service.settings import ConversationSettings
+    from shared.fastpath.process import tune_process
     from shared.logging import configure_logging
 
     settings = ConversationSettings()
     configure_logging("conversation_service", settings.log_level)
-    uvicorn.run(
-        create_app(settings, own_process=True), host=args.host, port=args.port, log_config=None, ws="websockets-sansio",
+    config = uvicorn.Config(
+        create_app(settings), host=args.host, port=args.port, log_config=None, ws="websockets-sansio",
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # the app's start-up is done and the server listens
+                tune_process()
+
+    server = Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C is a normal way to stop
+        pass
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)
 
 
 def _migrate(args: argparse.Namespace) -> None:

@@ -1,5 +1,9 @@
 """Request dependencies as ``Annotated`` aliases: a route's signature says what it needs and
-what it checks (``CurrentUser``: a valid token; ``OwnedConversation``: the caller owns it)."""
+what it checks (``CurrentUser``: a valid token; ``OwnedConversation``: the caller owns it).
+
+The started parts are read from ``app.state`` here and nowhere else in the service's code (by
+coroutines: FastAPI runs a plain function dependency in a worker thread).
+"""
 
 from __future__ import annotations
 
@@ -11,27 +15,61 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
+from conversation_service.agent_delegation.answers import AnswerService
 from conversation_service.auth.tokens import AuthenticatedUser, verify_token
 from conversation_service.conversations.service import get_owned_conversation
 from conversation_service.db.models import Conversation
 from conversation_service.errors import Unauthorized
-from conversation_service.state import ServiceState
+from conversation_service.lifespan import AgentParts, Realtime, Storage
+from conversation_service.messages.service import MessageService
+from conversation_service.metrics import ConversationMetrics
+from conversation_service.settings import ConversationSettings
 
 
-def get_state(conn: HTTPConnection) -> ServiceState:
-    return conn.app.state.services
+async def _settings(conn: HTTPConnection) -> ConversationSettings:
+    return conn.app.state.settings
 
 
-StateDep = Annotated[ServiceState, Depends(get_state)]
+async def _metrics(conn: HTTPConnection) -> ConversationMetrics:
+    return conn.app.state.metrics
 
 
-async def get_session(state: StateDep) -> AsyncIterator[AsyncSession]:
+async def _storage(conn: HTTPConnection) -> Storage:
+    return conn.app.state.storage
+
+
+async def _realtime(conn: HTTPConnection) -> Realtime:
+    return conn.app.state.realtime
+
+
+async def _agent(conn: HTTPConnection) -> AgentParts:
+    return conn.app.state.agent
+
+
+async def _messages(conn: HTTPConnection) -> MessageService:
+    return conn.app.state.messages
+
+
+async def _answers(conn: HTTPConnection) -> AnswerService:
+    return conn.app.state.agent.answers
+
+
+SettingsDep = Annotated[ConversationSettings, Depends(_settings)]
+MetricsDep = Annotated[ConversationMetrics, Depends(_metrics)]
+StorageDep = Annotated[Storage, Depends(_storage)]
+RealtimeDep = Annotated[Realtime, Depends(_realtime)]
+AgentDep = Annotated[AgentParts, Depends(_agent)]
+MessageServiceDep = Annotated[MessageService, Depends(_messages)]
+AnswerServiceDep = Annotated[AnswerService, Depends(_answers)]
+
+
+async def get_session(storage: StorageDep) -> AsyncIterator[AsyncSession]:
     """The request's unit of work: commit once on success, roll back on error.
 
     Used with ``scope="function"``: the commit runs when the route returns, before the response
     is sent. With the default (request) scope it ran after the response, so a client that acted
     on a 201 at once (opening the new conversation's WebSocket) could find no row yet."""
-    async with state.sessionmaker() as session:
+    async with storage.sessionmaker() as session:
         try:
             yield session
             await session.commit()
@@ -46,14 +84,12 @@ _bearer = HTTPBearer(auto_error=False, description="HS256 JWT: sub = user id, or
 
 
 def get_current_user(
-    state: StateDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> AuthenticatedUser:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthorized("missing bearer token")
     return verify_token(
-        credentials.credentials,
-        state.settings.auth_jwt_secret.get_secret_value(),
-        leeway_s=state.settings.auth_jwt_leeway_s,
+        credentials.credentials, settings.auth_jwt_secret.get_secret_value(), leeway_s=settings.auth_jwt_leeway_s
     )
 
 

@@ -1,6 +1,7 @@
-"""ConversationService configuration, read from the environment (unprefixed names, as the spec
-and the issue name them). The defaults give the embedded topology: a SQLite file, in-process
-fan-out, the Agent Service on loopback.
+"""ConversationService configuration: one tree, each environment variable read once, under the
+names the spec and the README use (unprefixed here; ``AGENT_ROUTING_*``, ``AGENT_*``/``ASK_USER_*``,
+``HISTORY_*`` and ``LLM_*`` in the branches). The defaults give the embedded topology: a SQLite file,
+in-process fan-out, the Agent Service on loopback.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from functools import cached_property
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from conversation_service.agent_delegation.settings import DelegationSettings
+from conversation_service.history.settings import HistorySettings
+from conversation_service.routing.settings import RoutingSettings
 from shared.db import is_sqlite
+from shared.llm.config import LLMSettings
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +35,6 @@ class ConversationSettings(BaseSettings):
 
     agent_service_url: str = "http://127.0.0.1:8001"
     agent_service_api_key: SecretStr = SecretStr("")
-    # The spec's rollback switch: false sends every message to the direct LLM.
-    agent_routing_enabled: bool = True
 
     auth_jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
     auth_jwt_leeway_s: float = Field(default=10.0, ge=0, le=300)
@@ -70,6 +73,13 @@ class ConversationSettings(BaseSettings):
     # client that closes: a server-side close racing the client's reuse of the connection loses a request.
     keep_alive_timeout_s: int = Field(default=75, ge=1, le=3600)
     log_level: str = "INFO"
+
+    # The branches read their own variables when the tree is made (AGENT_ROUTING_ENABLED, the
+    # rollback switch, is ``routing.enabled``).
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    delegation: DelegationSettings = Field(default_factory=DelegationSettings)
+    history: HistorySettings = Field(default_factory=HistorySettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
 
     @cached_property
     def allowed_origins(self) -> frozenset[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Self
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,12 @@ class TaskSupervisor:
         """Wait for the tasks running now (tests and graceful shutdown)."""
         while self._tasks:
             await asyncio.gather(*tuple(self._tasks), return_exceptions=True)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
     async def close(self) -> None:
         self._closed = True

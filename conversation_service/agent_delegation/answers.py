@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
 from conversation_service.agent_delegation.repository import InteractionRepository
 from conversation_service.agent_delegation.schemas import AgentAnswerAccepted, AgentAnswerIn
-from conversation_service.agent_delegation.service import TurnRequest
+from conversation_service.agent_delegation.service import AgentDelegation, TurnRequest
 from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.conversations.repository import ConversationRepository
 from conversation_service.conversations.service import get_owned_conversation
@@ -12,49 +14,58 @@ from conversation_service.db.models import InteractionKind, InteractionStatus, M
 from conversation_service.db.repository import unit_of_work
 from conversation_service.errors import Conflict, Gone, PayloadTooLarge
 from conversation_service.messages.repository import MessageRepository
-from conversation_service.messages.service import message_frame_data
+from conversation_service.messages.schemas import message_frame_data
+from conversation_service.metrics import AgentMetrics
 from conversation_service.realtime.frames import FrameType
-from conversation_service.state import ServiceState
+from conversation_service.realtime.publisher import FramePublisher
 from shared.protocol import Answer, utcnow
 
 
-async def submit_answer(
-    state: ServiceState, user: AuthenticatedUser, conversation_id: str, body: AgentAnswerIn
-) -> AgentAnswerAccepted:
-    if len(body.answer) > state.settings.max_message_chars:
-        raise PayloadTooLarge(f"the answer is limited to {state.settings.max_message_chars} characters")
-    delegation = state.delegation
-    async with unit_of_work(state.sessionmaker) as session:
-        conversation = await get_owned_conversation(session, user, conversation_id)  # 404 for others
-        question = await InteractionRepository(session).get(body.question_id)
-        if question is None or question.conversation_id != conversation.id:
-            pending = await InteractionRepository(session).pending_for_conversation(conversation.id)
-            raise Conflict({"message": "this is not the question the agent is waiting for",
-                            "pending_question_id": pending.question_id if pending else None})
-        if question.status == InteractionStatus.ANSWERED.value:
-            raise Conflict({"message": "this question was answered already", "question_id": question.question_id})
-        expired = question.status == InteractionStatus.EXPIRED.value or question.expires_at <= utcnow()
-    if expired:
-        await delegation.expire_question(question)
-        raise Gone({"message": "the question expired before it was answered; send a new message to start again",
-                    "question_id": question.question_id, "expired_at": question.expires_at.isoformat()})
+class AnswerService:
+    def __init__(
+        self, sessionmaker: async_sessionmaker, publisher: FramePublisher, delegation: AgentDelegation,
+        metrics: AgentMetrics, *, max_chars: int,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._publisher = publisher
+        self._delegation = delegation
+        self._metrics = metrics
+        self._max_chars = max_chars
 
-    text = body.answer
-    if question.kind == InteractionKind.APPROVAL.value and not text:
-        text = "approve" if body.approved else "deny"
-    async with unit_of_work(state.sessionmaker) as session:
-        message = await MessageRepository(session).create(
-            conversation_id=conversation.id, role=MessageRole.USER.value, content=text,
-            agent_metadata={"answer_to": question.question_id, "kind": question.kind},
+    async def submit(self, user: AuthenticatedUser, conversation_id: str, body: AgentAnswerIn) -> AgentAnswerAccepted:
+        if len(body.answer) > self._max_chars:
+            raise PayloadTooLarge(f"the answer is limited to {self._max_chars} characters")
+        async with unit_of_work(self._sessionmaker) as session:
+            conversation = await get_owned_conversation(session, user, conversation_id)  # 404 for others
+            question = await InteractionRepository(session).get(body.question_id)
+            if question is None or question.conversation_id != conversation.id:
+                pending = await InteractionRepository(session).pending_for_conversation(conversation.id)
+                raise Conflict({"message": "this is not the question the agent is waiting for",
+                                "pending_question_id": pending.question_id if pending else None})
+            if question.status == InteractionStatus.ANSWERED.value:
+                raise Conflict({"message": "this question was answered already", "question_id": question.question_id})
+            expired = question.status == InteractionStatus.EXPIRED.value or question.expires_at <= utcnow()
+        if expired:
+            await self._delegation.expire_question(question)
+            raise Gone({"message": "the question expired before it was answered; send a new message to start again",
+                        "question_id": question.question_id, "expired_at": question.expires_at.isoformat()})
+
+        text = body.answer
+        if question.kind == InteractionKind.APPROVAL.value and not text:
+            text = "approve" if body.approved else "deny"
+        async with unit_of_work(self._sessionmaker) as session:
+            message = await MessageRepository(session).create(
+                conversation_id=conversation.id, role=MessageRole.USER.value, content=text,
+                agent_metadata={"answer_to": question.question_id, "kind": question.kind},
+            )
+            # Conditional: of two concurrent answers exactly one wins; the other is a 409 and rolls back.
+            if not await InteractionRepository(session).mark_answered(question.question_id, message.id):
+                raise Conflict({"message": "this question was answered already", "question_id": question.question_id})
+            await ConversationRepository(session).touch(conversation.id)
+        await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
+        self._metrics.questions["answered"].inc()
+        answer = Answer(question_id=question.question_id, text=text, approved=body.approved)
+        self._delegation.start(conversation, message, TurnRequest(text=text, answer=answer, route_reason="agent_answer"))
+        return AgentAnswerAccepted(
+            message_id=message.id, conversation_id=conversation.id, question_id=question.question_id
         )
-        # Conditional: of two concurrent answers exactly one wins; the other is a 409 and rolls back.
-        if not await InteractionRepository(session).mark_answered(question.question_id, message.id):
-            raise Conflict({"message": "this question was answered already", "question_id": question.question_id})
-        await ConversationRepository(session).touch(conversation.id)
-    await state.publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
-    state.metrics.agent.questions["answered"].inc()
-    answer = Answer(question_id=question.question_id, text=text, approved=body.approved)
-    state.dispatcher.start_agent_turn(
-        conversation, message, TurnRequest(text=text, answer=answer, route_reason="agent_answer")
-    )
-    return AgentAnswerAccepted(message_id=message.id, conversation_id=conversation.id, question_id=question.question_id)

@@ -20,19 +20,15 @@ from conversation_service.agent_sessions.repository import AgentSessionRepositor
 from conversation_service.db.models import AgentSessionStatus, Conversation, Message
 from conversation_service.db.repository import unit_of_work
 from conversation_service.direct_llm.replier import DirectLLMReplier
-from conversation_service.messages.dispatch import RouteDecision
 from conversation_service.routing.router import MessageRouter
-from conversation_service.routing.schemas import RouteDecision as RoutingDecision
-from conversation_service.routing.schemas import RouteTarget
+from conversation_service.routing.schemas import RouteDecision, RouteReason, RouteTarget
 from conversation_service.tasks import TaskSupervisor
 from shared.protocol import Answer, utcnow
 
-AGENT = "agent"
-DIRECT = "direct_llm"
-PENDING_QUESTION = "pending_question"
-
 
 class AgentReplyDispatcher:
+    """The app's ``ReplyDispatcher`` (``messages.service``)."""
+
     def __init__(
         self,
         *,
@@ -53,7 +49,7 @@ class AgentReplyDispatcher:
     async def dispatch(self, conversation: Conversation, user_message: Message) -> RouteDecision:
         turns = self._delegation.turns.get(conversation.id)
         registered_before, idle = turns.registered, turns.idle
-        decision: RoutingDecision | None = None
+        decision: RouteDecision | None = None
         read_ahead: ClaimReadAhead | None = None
         async with unit_of_work(self._sessionmaker) as session:
             open_row = await AgentSessionRepository(session).get_open_for_conversation(conversation.id)
@@ -74,9 +70,10 @@ class AgentReplyDispatcher:
                     claimed = await InteractionRepository(session).mark_answered(pending.question_id, user_message.id)
                 if claimed:
                     answer = Answer(question_id=pending.question_id, text=user_message.content)
-                    self.start_agent_turn(conversation, user_message, TurnRequest(
-                        text=user_message.content, answer=answer, route_reason=PENDING_QUESTION))
-                    return RouteDecision(target=AGENT, reason=PENDING_QUESTION)
+                    self._delegation.start(conversation, user_message, TurnRequest(
+                        text=user_message.content, answer=answer, route_reason=RouteReason.PENDING_QUESTION.value))
+                    return RouteDecision(target=RouteTarget.AGENT, reason=RouteReason.PENDING_QUESTION,
+                                         message=user_message.content)
             else:
                 await self._delegation.expire_question(pending)
                 open_row = None  # the session was abandoned: this message starts a fresh one
@@ -84,20 +81,20 @@ class AgentReplyDispatcher:
         if decision is None:
             decision = self._route(conversation, user_message, has_active_session=open_row is not None)
         if decision.target is RouteTarget.AGENT:
-            self.start_agent_turn(
+            self._delegation.start(
                 conversation, user_message, TurnRequest(text=decision.message, route_reason=decision.reason.value),
                 read_ahead,
             )
-            return RouteDecision(target=AGENT, reason=decision.reason.value)
+            return decision
         notice = ("agent_unavailable", decision.notice) if decision.notice else None
         self._tasks.spawn(
             self._replier.reply(conversation, user_message, notice=notice,
                                 agent_metadata={"route_reason": decision.reason.value}),
             name=f"direct-reply:{user_message.id}",
         )
-        return RouteDecision(target=DIRECT, reason=decision.reason.value)
+        return decision
 
-    def _route(self, conversation: Conversation, user_message: Message, *, has_active_session: bool) -> RoutingDecision:
+    def _route(self, conversation: Conversation, user_message: Message, *, has_active_session: bool) -> RouteDecision:
         return self._router.route(
             user_message.content,
             user_id=conversation.owner_id,
@@ -105,19 +102,3 @@ class AgentReplyDispatcher:
             has_active_session=has_active_session,
             agent_available=self._breaker.allows_calls,
         )
-
-    def start_agent_turn(
-        self, conversation: Conversation, user_message: Message, request: TurnRequest,
-        read_ahead: ClaimReadAhead | None = None,
-    ) -> None:
-        turns = self._delegation.register_turn(conversation.id)
-        if read_ahead is not None and not (read_ahead.turns is turns and read_ahead.still_valid()):
-            read_ahead = None  # another turn started meanwhile: this one claims as usual
-        try:
-            self._tasks.spawn(
-                self._delegation.run_turn(conversation, user_message, request, turns, read_ahead),
-                name=f"agent-turn:{user_message.id}",
-            )
-        except BaseException:
-            turns.in_flight -= 1
-            raise

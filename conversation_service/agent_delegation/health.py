@@ -12,11 +12,11 @@ import time
 
 from conversation_service.agent_client import AgentServiceClient, AgentServiceError
 from conversation_service.agent_delegation.breaker import CircuitBreaker
-from conversation_service.metrics import ConversationMetrics
+from conversation_service.metrics import AgentMetrics
 
 
 class AgentHealthMonitor:
-    def __init__(self, client: AgentServiceClient, breaker: CircuitBreaker, metrics: ConversationMetrics,
+    def __init__(self, client: AgentServiceClient, breaker: CircuitBreaker, metrics: AgentMetrics,
                  *, cache_s: float) -> None:
         self._client = client
         self._breaker = breaker
@@ -52,6 +52,6 @@ class AgentHealthMonitor:
             except AgentServiceError:
                 self._last = "unavailable"
             self._checked_at = now
-            self._metrics.agent.service_up.set(1 if self._last == "ok" else 0)
+            self._metrics.service_up.set(1 if self._last == "ok" else 0)
         state = self._breaker.state
         return {"status": self._last, "breaker": state.value, "recent_failures": self._breaker.recent_failures}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from conversation_service.agent_delegation import answers
 from conversation_service.agent_delegation.repository import InteractionRepository
 from conversation_service.agent_delegation.schemas import (
     AgentAnswerAccepted,
@@ -14,7 +13,7 @@ from conversation_service.agent_delegation.schemas import (
 )
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.db.models import InteractionStatus
-from conversation_service.deps import CurrentUser, OwnedConversation, SessionDep, StateDep
+from conversation_service.deps import AnswerServiceDep, CurrentUser, OwnedConversation, SessionDep
 from shared.protocol import ErrorBody
 
 router = APIRouter(prefix="/conversations", tags=["agent"])
@@ -26,13 +25,15 @@ router = APIRouter(prefix="/conversations", tags=["agent"])
     response_model=AgentAnswerAccepted,
     responses={s: {"model": ErrorBody} for s in (401, 404, 409, 410, 413, 422)},
 )
-async def agent_answer(conversation_id: str, body: AgentAnswerIn, state: StateDep, user: CurrentUser) -> AgentAnswerAccepted:
+async def agent_answer(
+    conversation_id: str, body: AgentAnswerIn, answers: AnswerServiceDep, user: CurrentUser
+) -> AgentAnswerAccepted:
     """Answer the agent's pending question; the resumed run streams on the WebSocket.
 
     409 when ``question_id`` is not the pending question or was answered already; 410 when it
     expired (the agent session is then abandoned and the next message starts a fresh one).
     """
-    return await answers.submit_answer(state, user, conversation_id, body)
+    return await answers.submit(user, conversation_id, body)
 
 
 @router.get("/{conversation_id}/agent-session", response_model=AgentSessionOut,

@@ -62,11 +62,12 @@ from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.history.extractor import HistoryExtractor
 from conversation_service.history.schemas import HistoryRecord
 from conversation_service.messages.repository import MessageRepository
-from conversation_service.messages.schemas import MessageOut
-from conversation_service.metrics import ConversationMetrics
+from conversation_service.messages.schemas import message_frame_data
+from conversation_service.metrics import AgentMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.routing.schemas import FALLBACK_NOTICE
+from conversation_service.tasks import TaskSupervisor
 from shared.logging import conversation_id_var, session_id_var
 from shared.protocol import Answer, ExecuteRequest, UserContext
 
@@ -100,8 +101,9 @@ class AgentDelegation:
         processor: AgentEventProcessor,
         replier: DirectLLMReplier,
         publisher: FramePublisher,
-        metrics: ConversationMetrics,
+        metrics: AgentMetrics,
         settings: DelegationSettings,
+        tasks: TaskSupervisor,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._client = client
@@ -112,14 +114,28 @@ class AgentDelegation:
         self._publisher = publisher
         self._metrics = metrics
         self.settings = settings
+        self._tasks = tasks
         self.turns = TurnRegistry()
 
-    def register_turn(self, conversation_id: str) -> ConversationTurns:
-        """Count a turn as started (before its task runs): a claim read ahead of it can tell."""
-        turns = self.turns.get(conversation_id)
+    def start(
+        self, conversation: Conversation, user_message: Message, request: TurnRequest,
+        read_ahead: ClaimReadAhead | None = None,
+    ) -> None:
+        """Start the turn in the background; it is counted as started before its task runs, so a
+        claim read ahead of it can tell (``turns``)."""
+        turns = self.turns.get(conversation.id)
         turns.registered += 1
         turns.in_flight += 1
-        return turns
+        if read_ahead is not None and not (read_ahead.turns is turns and read_ahead.still_valid()):
+            read_ahead = None  # another turn started meanwhile: this one claims as usual
+        try:
+            self._tasks.spawn(
+                self.run_turn(conversation, user_message, request, turns, read_ahead),
+                name=f"agent-turn:{user_message.id}",
+            )
+        except BaseException:
+            turns.in_flight -= 1
+            raise
 
     async def read_history(self, session: AsyncSession, user_message: Message) -> list[Message]:
         """The finished messages before ``user_message`` that a turn's history is windowed from."""
@@ -133,8 +149,8 @@ class AgentDelegation:
         turns: ConversationTurns,
         read_ahead: ClaimReadAhead | None = None,
     ) -> None:
-        """Background task of one delegated message (registered with ``register_turn``); returns
-        when the reply has ended."""
+        """Background task of one delegated message (started with ``start``); returns when the
+        reply has ended."""
         token = conversation_id_var.set(conversation.id)
         try:
             async with turns.lock:
@@ -142,7 +158,7 @@ class AgentDelegation:
         except Exception:
             # Last line of defence: the user must learn that this message got no answer.
             log.exception("agent turn failed", extra={"message_id": user_message.id})
-            self._metrics.agent.turns["failed"].inc()
+            self._metrics.turns["failed"].inc()
             await self._publisher.emit(
                 conversation.id, FrameType.NOTICE,
                 {"code": "agent_failed", "text": "The agent could not answer this message. Please try again."},
@@ -168,7 +184,7 @@ class AgentDelegation:
                  "text": "Another agent session is starting for this conversation. Please resend your message."},
                 boundary=True,
             )
-            self._metrics.agent.turns["failed"].inc()
+            self._metrics.turns["failed"].inc()
             return
         row, history_rows = claimed
         row_id, agent_session_id, profile_name = row.id, row.agent_session_id, row.profile_name
@@ -201,7 +217,7 @@ class AgentDelegation:
             self._breaker.release()
             await stream.aclose()
             raise
-        self._metrics.agent.first_chunk_seconds.observe(time.perf_counter() - started)
+        self._metrics.first_chunk_seconds.observe(time.perf_counter() - started)
         session_id_token = session_id_var.set(stream.session_id)
         turn: AgentTurn | None = None
         try:
@@ -265,8 +281,7 @@ class AgentDelegation:
             agent_session_id=agent_session_id,
             agent_metadata={"path": "agent", "in_reply_to": user_message.id, **metadata},
         )
-        frame_data = MessageOut.model_validate(message).model_dump(mode="json")
-        await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, frame_data)
+        await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
         return AgentTurn(
             conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id,
             message_id=message.id, in_reply_to=user_message.id, metadata=metadata,
@@ -322,14 +337,12 @@ class AgentDelegation:
             )
             session.add(message)
             await session.flush()
-        await self._publisher.emit(
-            conversation.id, FrameType.MESSAGE_CREATED, MessageOut.model_validate(message).model_dump(mode="json")
-        )
+        await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
         turn = AgentTurn(conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id or "",
                          message_id=message.id, in_reply_to=user_message.id)
         await self._processor.fail(turn, None, code=type(error).__name__, text=error.user_message,
                                    retryable=error.retryable)
-        self._metrics.agent.turns["failed"].inc()
+        self._metrics.turns["failed"].inc()
 
     async def _settle(
         self,
@@ -341,9 +354,9 @@ class AgentDelegation:
         attempts: int,
         is_probe: bool,
     ) -> None:
-        self._metrics.agent.turns[outcome.kind.value].inc()
+        self._metrics.turns[outcome.kind.value].inc()
         if outcome.kind is TurnOutcomeKind.ASK_USER:
-            self._metrics.agent.questions["asked"].inc()
+            self._metrics.questions["asked"].inc()
         if outcome.kind is TurnOutcomeKind.INTERRUPTED:
             self._breaker.record_failure()
             await self._dead_letter(conversation.id, user_message.id, turn.agent_session_id,
@@ -374,7 +387,7 @@ class AgentDelegation:
                 await AgentSessionRepository(session).update_status(
                     row_id, AgentSessionStatus.FAILED, expected=[AgentSessionStatus.ACTIVE]
                 )
-        self._metrics.agent.turns["fallback"].inc()
+        self._metrics.turns["fallback"].inc()
         log.warning("agent unavailable, falling back to the direct LLM",
                     extra={"error_code": code, "message_id": user_message.id})
         await self._replier.reply(
@@ -391,14 +404,14 @@ class AgentDelegation:
                 conversation_id=conversation_id, message_id=message_id, agent_session_id=agent_session_id,
                 error_code=code, error_detail=detail, payload=payload, attempts=attempts,
             )
-        self._metrics.agent.dead_letters[code].inc()
+        self._metrics.dead_letters[code].inc()
 
     def _count_retries(self, stream) -> None:
         """Add a finished stream's retry and reconnect counts to the metrics (call once per stream)."""
         if stream.retries:
-            self._metrics.agent.retries["retry"].inc(stream.retries)
+            self._metrics.retries["retry"].inc(stream.retries)
         if stream.reconnects:
-            self._metrics.agent.retries["reconnect"].inc(stream.reconnects)
+            self._metrics.retries["reconnect"].inc(stream.reconnects)
 
     # -- ASK_USER -------------------------------------------------------------------------------
 
@@ -412,7 +425,7 @@ class AgentDelegation:
                 expected=[AgentSessionStatus.AWAITING_USER, AgentSessionStatus.ACTIVE],
             )
             await ConversationRepository(session).set_agent_status(question.conversation_id, None)
-        self._metrics.agent.questions["expired"].inc()
+        self._metrics.questions["expired"].inc()
         if notify:
             await self._publisher.emit(
                 question.conversation_id, FrameType.NOTICE,
@@ -438,7 +451,7 @@ class AgentDelegation:
                     await ConversationRepository(session).set_agent_status(question.conversation_id, None)
                     handled.append(question)
         for question in handled:
-            self._metrics.agent.questions["expired"].inc()
+            self._metrics.questions["expired"].inc()
             await self._publisher.emit(
                 question.conversation_id, FrameType.NOTICE,
                 {"code": "agent_question_expired", "text": QUESTION_EXPIRED_NOTICE,

@@ -4,8 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from conversation_service.deps import CurrentUser, OwnedConversation, SessionDep, StateDep
-from conversation_service.messages import service
+from conversation_service.deps import CurrentUser, MessageServiceDep, OwnedConversation, SessionDep
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import MessageAccepted, MessageCreate, MessageList, MessageOut
 from shared.protocol import ErrorBody
@@ -33,10 +32,12 @@ async def list_messages(
     response_model=MessageAccepted,
     responses={**_ERRORS, 413: {"model": ErrorBody}, 422: {"model": ErrorBody}},
 )
-async def post_message(conversation_id: str, body: MessageCreate, state: StateDep, user: CurrentUser) -> MessageAccepted:
+async def post_message(
+    conversation_id: str, body: MessageCreate, messages: MessageServiceDep, user: CurrentUser
+) -> MessageAccepted:
     """Store the message and answer at once; the reply streams on the conversation's WebSocket.
 
     A repeat of a ``client_message_id`` answers with the first result and creates nothing.
     """
     # The service owns its units of work: the message must be committed before the reply starts.
-    return await service.post_message(state, user, conversation_id, body.content, body.client_message_id)
+    return await messages.post(user, conversation_id, body.content, body.client_message_id)

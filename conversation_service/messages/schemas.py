@@ -49,3 +49,8 @@ class MessageAccepted(BaseModel):
     route: RouteOut
     # True when this answers a repeat of an earlier ``client_message_id``: nothing was created.
     duplicate: bool = False
+
+
+def message_frame_data(message: Any) -> dict[str, Any]:
+    """The ``data`` of a ``message.created`` frame: the message as the API shows it."""
+    return MessageOut.model_validate(message).model_dump(mode="json")

@@ -1,2 +1,1 @@
-"""Live frames of a conversation: seq allocation, group-committed persistence, hub fan-out,
-and the WebSocket endpoint with ``?after_seq=N`` replay."""
+"""Live frames of a conversation: seq allocation, group-committed persistence, hub fan-out."""

@@ -20,9 +20,9 @@ from shared.keyed_lock import KeyedLock
 
 class FramePublisher:
     def __init__(self, seq: SeqAllocator, writer: FrameWriter, hub: Hub, metrics: FrameMetrics) -> None:
-        self.seq = seq
-        self.writer = writer
-        self.hub = hub
+        self._seq = seq
+        self._writer = writer
+        self._hub = hub
         self._metrics = metrics
         self._locks = KeyedLock()
 
@@ -31,12 +31,12 @@ class FramePublisher:
         for the group-commit window."""
         started = time.perf_counter()
         async with self._locks(conversation_id):
-            frame = Frame(type=type, seq=await self.seq.next(conversation_id), conversation_id=conversation_id,
+            frame = Frame(type=type, seq=await self._seq.next(conversation_id), conversation_id=conversation_id,
                           data=data)
-            await self.writer.enqueue(frame)
-            await self.hub.publish(frame)
+            await self._writer.enqueue(frame)
+            await self._hub.publish(frame)
         if boundary:
-            self.writer.request_flush()
+            self._writer.request_flush()
         self._metrics.published[type].inc()
         self._metrics.emit_seconds.observe(time.perf_counter() - started)
         return frame

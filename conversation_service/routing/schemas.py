@@ -15,6 +15,11 @@ class RouteTarget(StrEnum):
     AGENT = "AGENT"
     DIRECT = "DIRECT"
 
+    @property
+    def path(self) -> str:
+        """The reply path's name in the API's route and in message metadata."""
+        return "agent" if self is RouteTarget.AGENT else "direct_llm"
+
 
 class RouteReason(StrEnum):
     EXPLICIT_COMMAND = "explicit_command"  # /agent or @agent
@@ -25,6 +30,7 @@ class RouteReason(StrEnum):
     USER_DISABLED = "user_disabled"
     AGENT_UNAVAILABLE = "agent_unavailable"  # the agent was wanted but the breaker says no
     DEFAULT = "default"  # nothing asked for the agent
+    PENDING_QUESTION = "pending_question"  # the message answers the agent's pending question
 
 
 class RouteDecision(BaseModel):

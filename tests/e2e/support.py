@@ -43,7 +43,7 @@ class ChatStack:
 
     @property
     def state(self):
-        return self.app.state.services
+        return self.app.state
 
     def headers(self, user: str = "alice") -> dict[str, str]:
         return {"Authorization": f"Bearer {token(user)}"}
@@ -136,9 +136,9 @@ async def _chat_service(
         redis_url=None,
         agent_service_url=agent_url,
         agent_service_api_key=AGENT_KEY,
+        delegation=DelegationSettings(**{**FAST, "agent_profile_name": profile, **(delegation or {})}),
     )
-    delegation_settings = DelegationSettings(**{**FAST, "agent_profile_name": profile, **(delegation or {})})
-    app = create_chat_app(chat_settings, delegation_settings=delegation_settings)
+    app = create_chat_app(chat_settings)
     async with serve_app(app) as url, httpx.AsyncClient(timeout=30) as http:
         yield ChatStack(url=url, app=app, http=http)
 

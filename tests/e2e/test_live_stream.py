@@ -84,10 +84,10 @@ async def test_unknown_frames_are_ignored_and_notices_show_as_a_banner(page: Pag
         before = await screen_messages(page)
 
         # A frame type this page does not know (added by a later server version), then a notice.
-        await stack.state.publisher.emit(
+        await stack.state.realtime.publisher.emit(
             cid, "agent.plan_updated", {"message_id": before[-1][0], "text": "<b>x</b>"}
         )
-        await stack.state.publisher.emit(
+        await stack.state.realtime.publisher.emit(
             cid, "notice", {"code": "maintenance", "text": "<i>Maintenance</i> at noon"}
         )
         banner = page.locator("#banner")

@@ -40,8 +40,8 @@ def auth(user: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def running(settings: ConversationSettings, **kwargs: Any) -> AsyncIterator[tuple[str, Any]]:
-    app = create_app(settings, **kwargs)
+async def running(settings: ConversationSettings) -> AsyncIterator[tuple[str, Any]]:
+    app = create_app(settings)
     async with serve_app(app) as url:
         yield url, app
 

@@ -38,13 +38,13 @@ async def test_back_to_back_burst_reaches_reading_clients(database_url: str) -> 
     assert BURST > DelegationSettings().agent_event_queue_size > CLIENT_QUEUE
     async with running(settings) as (base, app), httpx.AsyncClient() as client:
         conversation = (await new_conversation(client, base, "alice"))["id"]
-        services = app.state.services
+        services = app.state
         sockets = [await connect(base, conversation, "alice") for _ in range(CLIENTS)]
         try:
             readers = [asyncio.create_task(_read(ws, BURST)) for ws in sockets]
             slow_before = _slow_consumers(services)
             for i in range(BURST):
-                await services.publisher.emit(conversation, FrameType.MESSAGE_DELTA, {"message_id": "m", "text": str(i)})
+                await services.realtime.publisher.emit(conversation, FrameType.MESSAGE_DELTA, {"message_id": "m", "text": str(i)})
             for frames in await asyncio.gather(*readers):
                 assert [f["data"]["text"] for f in frames] == [str(i) for i in range(BURST)]
                 seqs = [f["seq"] for f in frames]

@@ -46,14 +46,14 @@ async def test_rest_crud_and_idempotent_client_message_id(database_url: str) -> 
         accepted = first.json()
         assert accepted["route"] == {"target": "direct_llm", "reason": "routing_disabled"}
         assert accepted["duplicate"] is False
-        await app.state.services.tasks.join()
+        await app.state.tasks.join()
 
         again = await client.post(f"{base}/conversations/{conv['id']}/messages", json=body, headers=auth("alice"))
         assert again.status_code == 202
         assert again.json()["message_id"] == accepted["message_id"]
         assert again.json()["duplicate"] is True
         assert again.json()["route"] == accepted["route"]
-        await app.state.services.tasks.join()
+        await app.state.tasks.join()
 
         messages = (await client.get(f"{base}/conversations/{conv['id']}/messages", headers=auth("alice"))).json()
         roles = [(m["role"], m["status"]) for m in messages["items"]]

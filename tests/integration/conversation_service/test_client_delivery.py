@@ -18,7 +18,7 @@ from websockets.exceptions import ConnectionClosed
 
 from conversation_service.errors import WS_TRY_AGAIN_LATER
 from conversation_service.realtime.frames import FrameType
-from conversation_service.realtime.router import SLOW_CONSUMER_REASON
+from conversation_service.websocket.router import SLOW_CONSUMER_REASON
 from tests.integration.conversation_service.support import (
     Reader,
     connect,
@@ -66,12 +66,12 @@ def capture_connections(hub) -> list:
 
 
 def sample(app, name: str) -> float:
-    return app.state.services.metrics.registry.get_sample_value(name) or 0.0
+    return app.state.metrics.registry.get_sample_value(name) or 0.0
 
 
 async def test_a_frame_for_a_client_that_keeps_up_is_written_before_the_publish_returns(database_url: str) -> None:
     async with running(make_settings(database_url)) as (base, app):
-        publisher = app.state.services.publisher
+        publisher = app.state.realtime.publisher
         async with httpx.AsyncClient() as client:
             cid = (await new_conversation(client, base, "alice"))["id"]
         ws = await connect(base, cid, "alice")
@@ -96,8 +96,8 @@ async def test_a_frame_for_a_client_that_keeps_up_is_written_before_the_publish_
 async def test_a_blocked_client_delays_no_other_and_is_cut_off_past_its_queue(database_url: str) -> None:
     settings = make_settings(database_url, ws_client_queue_size=QUEUE_SIZE)
     async with running(settings) as (base, app):
-        publisher = app.state.services.publisher
-        connections = capture_connections(app.state.services.hub)
+        publisher = app.state.realtime.publisher
+        connections = capture_connections(app.state.realtime.hub)
         async with httpx.AsyncClient() as client:
             cid = (await new_conversation(client, base, "alice"))["id"]
         fast = Reader(await connect(base, cid, "alice"))
@@ -154,8 +154,8 @@ async def test_a_blocked_client_delays_no_other_and_is_cut_off_past_its_queue(da
 
 async def test_a_client_gone_while_its_write_waits_ends_alone(database_url: str, caplog) -> None:
     async with running(make_settings(database_url)) as (base, app):
-        publisher = app.state.services.publisher
-        connections = capture_connections(app.state.services.hub)
+        publisher = app.state.realtime.publisher
+        connections = capture_connections(app.state.realtime.hub)
         async with httpx.AsyncClient() as client:
             cid = (await new_conversation(client, base, "alice"))["id"]
         fast = Reader(await connect(base, cid, "alice"))
@@ -191,12 +191,12 @@ async def test_live_frames_published_during_the_replay_follow_it_each_once(datab
     history = 1_200  # several replay reads
     live = 50
     async with running(make_settings(database_url)) as (base, app):
-        publisher = app.state.services.publisher
+        publisher = app.state.realtime.publisher
         async with httpx.AsyncClient() as client:
             cid = (await new_conversation(client, base, "alice"))["id"]
         for n in range(1, history + 1):
             await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": "h"})
-        await publisher.writer.flush()
+        await app.state.realtime.writer.flush()
         ws = Reader(await connect(base, cid, "alice", after_seq=0))
         try:
             # The replay is under way (the handshake completed before it started); these arrive

@@ -61,7 +61,7 @@ class CommitProbe:
                 status.append(message["status"])
             elif message["type"] == "http.response.body" and status == [201]:
                 conversation = orjson.loads(message["body"])
-                sessionmaker = self.app.state.services.sessionmaker
+                sessionmaker = self.app.state.storage.sessionmaker
                 async with unit_of_work(sessionmaker) as session:
                     row = await ConversationRepository(session).get(conversation["id"])
                 self.visible.append(row is not None)

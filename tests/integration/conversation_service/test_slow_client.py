@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from conversation_service.errors import WS_TRY_AGAIN_LATER
 from conversation_service.realtime.frames import FrameType
-from conversation_service.realtime.router import SLOW_CONSUMER_REASON
+from conversation_service.websocket.router import SLOW_CONSUMER_REASON
 from tests.integration.conversation_service.support import (
     Reader,
     connect,
@@ -46,14 +46,14 @@ async def emit(publisher, conversation_id: str, n: int) -> None:
 
 
 def slow_consumers(app) -> float:
-    return app.state.services.metrics.registry.get_sample_value("conversation_ws_slow_consumers_total")
+    return app.state.metrics.registry.get_sample_value("conversation_ws_slow_consumers_total")
 
 
 async def test_slow_client_is_dropped_and_resumes_while_the_fast_one_gets_everything(database_url: str) -> None:
     settings = make_settings(database_url, ws_client_queue_size=QUEUE_SIZE)
     assert settings.ws_client_queue_size == QUEUE_SIZE
     async with running(settings) as (base, app):
-        publisher = app.state.services.publisher
+        publisher = app.state.realtime.publisher
         async with httpx.AsyncClient() as client:
             cid = (await new_conversation(client, base, "alice"))["id"]
         # after_seq=0: each client gets every frame of the conversation, however its subscription
@@ -61,7 +61,7 @@ async def test_slow_client_is_dropped_and_resumes_while_the_fast_one_gets_everyt
         fast = Reader(await connect(base, cid, "alice", after_seq=0))
         slow = await connect_not_reading(base, cid, "alice", after_seq=0)
         try:
-            hub = app.state.services.hub
+            hub = app.state.realtime.hub
             async with asyncio.timeout(10):
                 while hub.subscriber_count(cid) < 2:
                     await asyncio.sleep(0.01)

@@ -31,7 +31,7 @@ class Stack:
 
     @property
     def state(self):
-        return self.chat_app.state.services
+        return self.chat_app.state
 
     async def conversation(self, user: str = "alice") -> str:
         r = await self.http.post(f"{self.chat_url}/conversations", json={"title": "t"}, headers=auth(user))
@@ -66,9 +66,9 @@ async def agent_service(database_url: str, tmp_path, *, tools: Any = None, **ove
 @asynccontextmanager
 async def chat_service(database_url: str, agent_url: str, *, delegation: dict | None = None,
                        **overrides: Any) -> AsyncIterator[Stack]:
-    settings = make_settings(database_url, agent_service_url=agent_url, agent_service_api_key=AGENT_KEY, **overrides)
-    delegation_settings = DelegationSettings(**{**FAST, **(delegation or {})})
-    async with running(settings, delegation_settings=delegation_settings) as (url, app):
+    settings = make_settings(database_url, agent_service_url=agent_url, agent_service_api_key=AGENT_KEY,
+                             delegation=DelegationSettings(**{**FAST, **(delegation or {})}), **overrides)
+    async with running(settings) as (url, app):
         async with httpx.AsyncClient(timeout=30) as http:
             yield Stack(chat_url=url, chat_app=app, agent_url=agent_url, http=http)
 

@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 
 from conversation_service.db.models import ConversationAgentSession, DeadLetter, Message
 from conversation_service.db.repository import unit_of_work
+from conversation_service.routing.settings import RoutingSettings
 from tests.integration.conversation_service.support import auth, connect
 from tests.support.servers import free_port
 from tests.integration.delegation.stack import (
@@ -77,7 +78,7 @@ async def test_multi_turn_uses_earlier_answers(database_factory, tmp_path):
                 if expected:
                     assert expected in text, (content, text)
             await ws.close()
-            async with unit_of_work(stack.state.sessionmaker) as session:
+            async with unit_of_work(stack.state.storage.sessionmaker) as session:
                 rows = (await session.scalars(select(ConversationAgentSession))).all()
     # One agent session carried the whole conversation.
     assert len(rows) == 1 and rows[0].agent_session_id
@@ -98,7 +99,8 @@ async def test_plain_message_goes_to_direct_llm(database_factory, tmp_path):
 
 async def test_routing_disabled_sends_agent_commands_to_direct_llm(database_factory, tmp_path):
     async with agent_service(await database_factory("agent"), tmp_path) as agent_url:
-        async with chat_service(await database_factory("chat"), agent_url, agent_routing_enabled=False) as stack:
+        async with chat_service(await database_factory("chat"), agent_url,
+                                routing=RoutingSettings(enabled=False)) as stack:
             cid = await stack.conversation()
             ws = await connect(stack.chat_url, cid, "alice")
             r = await stack.send(cid, "/agent what is 17*23")
@@ -116,7 +118,7 @@ async def test_agent_down_falls_back_to_direct_llm_with_notice(database_url):
         assert r.status_code == 202
         frames = await recv_until(ws, lambda f: f["type"] == "message.completed")
         await ws.close()
-        async with unit_of_work(stack.state.sessionmaker) as session:
+        async with unit_of_work(stack.state.storage.sessionmaker) as session:
             letters = (await session.scalars(select(DeadLetter))).all()
             open_sessions = await session.scalar(
                 select(func.count()).select_from(ConversationAgentSession)
@@ -160,7 +162,7 @@ async def test_concurrent_sends_create_one_agent_session(database_factory, tmp_p
             responses = await asyncio.gather(*(stack.send(cid, f"/agent what is {i}*2") for i in range(50)))
             assert all(r.status_code == 202 for r in responses), [r.text for r in responses if r.status_code != 202]
             await stack.state.tasks.join()
-            async with unit_of_work(stack.state.sessionmaker) as session:
+            async with unit_of_work(stack.state.storage.sessionmaker) as session:
                 rows = (await session.scalars(select(ConversationAgentSession))).all()
                 replies = (await session.scalars(
                     select(Message).where(Message.conversation_id == cid, Message.role == "assistant")

@@ -48,7 +48,7 @@ async def _ask(stack, ws, cid: str, content: str = "/agent plan a trip") -> dict
 
 
 async def _session_rows(stack) -> list[ConversationAgentSession]:
-    async with unit_of_work(stack.state.sessionmaker) as session:
+    async with unit_of_work(stack.state.storage.sessionmaker) as session:
         return list((await session.scalars(select(ConversationAgentSession))).all())
 
 
@@ -119,7 +119,7 @@ async def test_answer_errors_409_410_404(database_factory, tmp_path):
 
             # Expired: move the question's deadline into the past, as the clock would.
             ask2 = await _ask(stack, ws, cid, "plan a trip")  # the open session keeps routing to the agent
-            async with unit_of_work(stack.state.sessionmaker) as session:
+            async with unit_of_work(stack.state.storage.sessionmaker) as session:
                 question = await session.get(PendingInteraction, ask2["question_id"])
                 question.expires_at = utcnow() - timedelta(seconds=1)
             gone = await stack.answer(cid, ask2["question_id"], "Lisbon")
@@ -164,7 +164,7 @@ async def test_three_cleanup_workers_handle_each_expired_question_once(database_
                                 delegation={"agent_cleanup_interval_s": 3600}) as stack:
             state = stack.state
             past = utcnow() - timedelta(minutes=1)
-            async with unit_of_work(state.sessionmaker) as session:
+            async with unit_of_work(state.storage.sessionmaker) as session:
                 for i in range(200):
                     conversation = await ConversationRepository(session).create(owner_id="alice", org_id=None, title="")
                     row = ConversationAgentSession(
@@ -178,9 +178,9 @@ async def test_three_cleanup_workers_handle_each_expired_question_once(database_
                         agent_session_id=f"agent-{i}", kind="question", question="Where to?",
                         asked_at=past - timedelta(minutes=5), expires_at=past,
                     ))
-            workers = [QuestionExpiryJob(state.delegation, interval_s=3600, batch=7) for _ in range(3)]
+            workers = [QuestionExpiryJob(state.agent.delegation, interval_s=3600, batch=7) for _ in range(3)]
             handled = await asyncio.gather(*(w.run_once() for w in workers))
-            async with unit_of_work(state.sessionmaker) as session:
+            async with unit_of_work(state.storage.sessionmaker) as session:
                 statuses = (await session.scalars(select(PendingInteraction.status))).all()
                 rows = (await session.scalars(select(ConversationAgentSession.status))).all()
     every = [qid for ids in handled for qid in ids]

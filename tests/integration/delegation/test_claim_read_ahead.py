@@ -18,7 +18,7 @@ from tests.integration.delegation.test_resilience import fake_stack, send_agent_
 
 def _count_claims(stack) -> list[str]:
     """Record each claim transaction the turns run (the method still does its work)."""
-    delegation = stack.state.delegation
+    delegation = stack.state.agent.delegation
     claim = delegation._claim_session
     claims: list[str] = []
 

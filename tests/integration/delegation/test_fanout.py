@@ -60,13 +60,13 @@ async def test_client_on_replica_b_receives_the_run_consumed_by_replica_a(databa
         frames_b = await recv_until(ws_b, _is_agent_complete)
         frames_a = await recv_until(ws_a, _is_agent_complete)
         await a.state.tasks.join()
-        await a.state.publisher.writer.flush()
+        await a.state.realtime.writer.flush()
         # Only replica A ran the turn: B's delegation never started one.
         a_turns, b_turns = (
             replica.state.metrics.registry.get_sample_value("conversation_agent_turns_total", {"outcome": "complete"})
             for replica in (a, b)
         )
-        async with unit_of_work(a.state.sessionmaker) as session:
+        async with unit_of_work(a.state.storage.sessionmaker) as session:
             persisted = (await session.scalars(
                 select(ConversationFrame).where(ConversationFrame.conversation_id == cid)
                 .order_by(ConversationFrame.seq)
@@ -103,7 +103,7 @@ async def test_client_joining_replica_b_mid_run_gets_everything_once(database_fa
         assert r.status_code == 202
         early = await recv_until(ws_a, lambda f: f["type"] == "agent.tool_start")
         ws_b = await stack.enter_async_context(await connect(b.chat_url, cid, "alice", after_seq=0))
-        allocated_at_join = await b.state.publisher.seq.current(cid)
+        allocated_at_join = await b.state.realtime.seq.current(cid)
         frames_b = await recv_until(ws_b, _is_agent_complete)
         frames_a = early + await recv_until(ws_a, _is_agent_complete)
 

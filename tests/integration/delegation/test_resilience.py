@@ -61,14 +61,14 @@ def ends_turn(frame: dict) -> bool:
 
 
 async def assistant_messages(stack: Stack, cid: str) -> list[Message]:
-    async with unit_of_work(stack.state.sessionmaker) as session:
+    async with unit_of_work(stack.state.storage.sessionmaker) as session:
         return list((await session.scalars(
             select(Message).where(Message.conversation_id == cid, Message.role == "assistant")
         )).all())
 
 
 async def dead_letters(stack: Stack, cid: str) -> list[DeadLetter]:
-    async with unit_of_work(stack.state.sessionmaker) as session:
+    async with unit_of_work(stack.state.storage.sessionmaker) as session:
         return list((await session.scalars(select(DeadLetter).where(DeadLetter.conversation_id == cid))).all())
 
 
@@ -113,7 +113,7 @@ async def test_408_is_not_retried_and_the_user_is_told(database_url: str) -> Non
             frames = await recv_until(ws, lambda f: f["type"] == "agent.error")
         await stack.state.tasks.join()
         replies = await assistant_messages(stack, cid)
-        breaker_failures = stack.state.breaker.recent_failures
+        breaker_failures = stack.state.agent.breaker.recent_failures
 
     assert len(fake.execute_calls) == 1
     error = frames_of(frames, "message.error")[0]["data"]
@@ -187,7 +187,7 @@ async def test_500_then_success_answers_from_the_agent(database_url: str) -> Non
 async def test_breaker_opens_after_five_failures_and_lets_exactly_one_probe_through(database_url: str) -> None:
     async with fake_stack(database_url) as (fake, stack):
         fake.default_mode = "503"
-        breaker = stack.state.breaker
+        breaker = stack.state.agent.breaker
         cid = await stack.conversation()
         async with await connect(stack.chat_url, cid, "alice") as ws:
             for i in range(5):
@@ -251,7 +251,7 @@ async def test_breaker_opens_after_five_failures_and_lets_exactly_one_probe_thro
 async def test_a_failed_probe_opens_the_breaker_again(database_url: str) -> None:
     async with fake_stack(database_url, agent_breaker_failures=1, agent_retry_delays_s="") as (fake, stack):
         fake.default_mode = "503"
-        breaker = stack.state.breaker
+        breaker = stack.state.agent.breaker
         cid = await stack.conversation()
         async with await connect(stack.chat_url, cid, "alice") as ws:
             await send_agent_message(stack, cid)
@@ -279,7 +279,7 @@ async def test_a_stream_cut_mid_event_is_resumed_and_every_delta_arrives_once(da
         await stack.state.tasks.join()
         replies = await assistant_messages(stack, cid)
         letters = await dead_letters(stack, cid)
-        breaker_failures = stack.state.breaker.recent_failures
+        breaker_failures = stack.state.agent.breaker.recent_failures
 
     assert frames[-1]["type"] == "agent.complete", [f["type"] for f in frames]
     # One execute (no second run), then one resume from the last complete event.

@@ -16,13 +16,14 @@ import time
 from typing import Any
 
 import orjson
+from sqlalchemy.ext.asyncio import async_sessionmaker
 from starlette.websockets import WebSocket
 
 from conversation_service.db.repository import unit_of_work
-from conversation_service.metrics import agent_events_in_hand
+from conversation_service.metrics import WebSocketMetrics, agent_events_in_hand
 from conversation_service.realtime.frames import Frame
 from conversation_service.realtime.repository import FrameRepository
-from conversation_service.state import ServiceState
+from conversation_service.realtime.writer import FrameWriter
 from shared.fastpath.handoff import Handoff
 
 log = logging.getLogger(__name__)
@@ -37,16 +38,22 @@ class ClientConnection:
     """A hub subscriber. ``deliver`` never waits: a client too far behind is flagged ``overflowed``;
     a failed send (client gone) sets ``send_failed`` with the exception in ``error``."""
 
-    def __init__(self, websocket: WebSocket, state: ServiceState, conversation_id: str) -> None:
+    def __init__(
+        self, websocket: WebSocket, conversation_id: str, *, sessionmaker: async_sessionmaker, writer: FrameWriter,
+        metrics: WebSocketMetrics, queue_size: int, replay_wait_s: float,
+    ) -> None:
         self.ws = websocket
-        self.state = state
         self.conversation_id = conversation_id
+        self._sessionmaker = sessionmaker
+        self._writer = writer
+        self._metrics = metrics
+        self._replay_wait_s = replay_wait_s
         self.overflowed = asyncio.Event()
         self.send_failed = asyncio.Event()
         self.last_sent = 0
         self._replay_to: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._outbox: Handoff[Any] = Handoff(
-            self._send_batch, maxsize=state.settings.ws_client_queue_size, name=f"ws-send:{conversation_id}",
+            self._send_batch, maxsize=queue_size, name=f"ws-send:{conversation_id}",
             on_error=lambda _exc: self.send_failed.set(),
         )
         self._outbox.offer(_START)
@@ -103,22 +110,22 @@ class ClientConnection:
     async def _send(self, frame: Frame, stamps: tuple[float, ...] | None = None) -> None:
         await self.ws.send_text(frame.to_text())
         self.last_sent = frame.seq
-        self.state.metrics.websocket.frames_sent.inc()
+        self._metrics.frames_sent.inc()
         if stamps is not None:
             now = time.perf_counter()
-            observe = self.state.metrics.websocket.agent_event_delivery_seconds.observe
+            observe = self._metrics.agent_event_delivery_seconds.observe
             for stamp in stamps:
                 observe(now - stamp)
 
     async def _read_db(self, after: int, upto: int | None = None) -> list[Frame]:
-        async with unit_of_work(self.state.sessionmaker) as session:
+        async with unit_of_work(self._sessionmaker) as session:
             frames = await FrameRepository(session).list_after(self.conversation_id, after, limit=_REPLAY_BATCH)
         return [f for f in frames if upto is None or f.seq <= upto]
 
     async def catch_up(self, target: int) -> None:
         """Send persisted frames after ``last_sent`` up to ``target``, waiting (bounded) for frames
         that are allocated but not committed yet."""
-        deadline = time.monotonic() + self.state.settings.ws_replay_wait_s
+        deadline = time.monotonic() + self._replay_wait_s
         while self.last_sent < target:
             frames = await self._read_db(self.last_sent, target)
             for frame in frames:
@@ -134,5 +141,5 @@ class ClientConnection:
                 log.warning("replay gave up waiting for unpersisted frames",
                             extra={"last_sent": self.last_sent, "target": target})
                 return
-            self.state.publisher.writer.request_flush()
-            await self.state.publisher.writer.wait_flushed(min(remaining, 0.05))
+            self._writer.request_flush()
+            await self._writer.wait_flushed(min(remaining, 0.05))

@@ -1,0 +1,224 @@
+"""The ConversationService's started parts: one builder per part, entered in order on the lifespan's
+one ``AsyncExitStack``, so a start that fails half-way closes what it had opened, and shutdown
+closes everything in reverse (replies and turns stop before the frame writer's last flush, the
+writer before the hub, the hub before the database).
+
+Each part is put on ``app.state`` under its name (``storage``, ``realtime``, ``agent``...), typed by
+the dataclasses below; requests reach them through the ``Annotated`` dependencies of ``deps``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+import httpx
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+from conversation_service.agent_client import AgentServiceClient
+from conversation_service.agent_delegation.answers import AnswerService
+from conversation_service.agent_delegation.breaker import BreakerState, CircuitBreaker
+from conversation_service.agent_delegation.breaker_metrics import BreakerCollector
+from conversation_service.agent_delegation.cleanup import QuestionExpiryJob
+from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
+from conversation_service.agent_delegation.health import AgentHealthMonitor
+from conversation_service.agent_delegation.processor import AgentEventProcessor
+from conversation_service.agent_delegation.service import AgentDelegation
+from conversation_service.db import migrate
+from conversation_service.db.repository import unit_of_work
+from conversation_service.direct_llm.replier import DirectLLMReplier
+from conversation_service.history.extractor import HistoryExtractor
+from conversation_service.history.repository import DatabaseSummaryCache
+from conversation_service.messages.service import MessageService
+from conversation_service.metrics import ConversationMetrics
+from conversation_service.realtime.hub import Hub, InProcessHub, RedisHub
+from conversation_service.realtime.publisher import FramePublisher
+from conversation_service.realtime.repository import FrameRepository
+from conversation_service.realtime.seq import InProcessSeqAllocator, RedisSeqAllocator, SeqAllocator
+from conversation_service.realtime.writer import FrameWriter
+from conversation_service.routing.router import MessageRouter
+from conversation_service.settings import ConversationSettings
+from conversation_service.tasks import TaskSupervisor
+from shared.db import create_engine, create_sessionmaker
+from shared.http_metrics import install_http_metrics
+from shared.llm.base import LLMProvider
+from shared.llm.config import build_provider
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker
+
+
+@dataclass(frozen=True, slots=True)
+class Realtime:
+    """A conversation's live stream: seqs, the frame log's group commit, fan-out, and the one way
+    to put a frame on it (``publisher``)."""
+
+    hub: Hub
+    seq: SeqAllocator
+    writer: FrameWriter
+    publisher: FramePublisher
+
+
+@dataclass(frozen=True, slots=True)
+class AgentParts:
+    """Agent delegation: the breaker and the Agent Service's health, the turns, the ASK_USER side."""
+
+    breaker: CircuitBreaker
+    health: AgentHealthMonitor
+    delegation: AgentDelegation
+    dispatcher: AgentReplyDispatcher
+    expiry: QuestionExpiryJob
+    answers: AnswerService
+
+
+def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def run(app: FastAPI) -> AsyncIterator[None]:
+        settings.warn_about_defaults()
+        metrics = app.state.metrics = ConversationMetrics()
+        install_http_metrics(app, metrics.registry)
+        async with AsyncExitStack() as stack:
+            storage = app.state.storage = await stack.enter_async_context(build_storage(settings))
+            llm = await stack.enter_async_context(build_llm(settings))
+            realtime = app.state.realtime = await stack.enter_async_context(
+                build_realtime(settings, storage, metrics))
+            client = await stack.enter_async_context(AgentServiceClient(
+                settings.agent_service_url, settings.agent_service_api_key.get_secret_value() or "unset",
+                config=settings.delegation.client_config(),
+            ))
+            # Replies and turns under way stop before the client they use closes.
+            tasks = app.state.tasks = await stack.enter_async_context(TaskSupervisor())
+            replier = DirectLLMReplier(
+                storage.sessionmaker, llm, realtime.publisher, metrics.direct,
+                history_messages=settings.direct_history_messages, system_prompt=settings.direct_system_prompt,
+            )
+            agent = app.state.agent = await stack.enter_async_context(
+                build_agent(settings, storage, realtime, llm, client, replier, tasks, metrics))
+            app.state.messages = MessageService(
+                storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages,
+                max_chars=settings.max_message_chars,
+            )
+            yield
+
+    return run
+
+
+@asynccontextmanager
+async def build_storage(settings: ConversationSettings) -> AsyncIterator[Storage]:
+    engine = create_engine(settings.conversation_database_url, pool_size=settings.database_pool_size)
+    try:
+        if settings.should_migrate_on_start:
+            await migrate.upgrade(engine)
+        yield Storage(engine, create_sessionmaker(engine))
+    finally:
+        await engine.dispose()
+
+
+@asynccontextmanager
+async def build_llm(settings: ConversationSettings) -> AsyncIterator[LLMProvider]:
+    """The LLM provider (direct replies, history summaries) on the process's pooled HTTP client."""
+    timeout = httpx.Timeout(connect=5.0, read=60.0, write=10.0, pool=5.0)
+    async with httpx.AsyncClient(timeout=timeout) as http_client:
+        llm = build_provider(settings.llm, http_client)
+        try:
+            yield llm
+        finally:
+            await llm.aclose()
+
+
+@asynccontextmanager
+async def build_realtime(
+    settings: ConversationSettings, storage: Storage, metrics: ConversationMetrics
+) -> AsyncIterator[Realtime]:
+    writer = FrameWriter(
+        storage.sessionmaker, interval=settings.frame_flush_interval_s, max_batch=settings.frame_flush_max_batch,
+        queue_size=settings.frame_writer_queue_size, metrics=metrics.frames,
+    )
+
+    async def seq_floor(conversation_id: str) -> int:
+        # Pending first: a frame committed (and no longer pending) during the read is in the read.
+        pending = writer.pending_max(conversation_id)
+        async with unit_of_work(storage.sessionmaker) as session:
+            persisted = await FrameRepository(session).max_seq(conversation_id)
+        return max(persisted, pending)
+
+    hub: Hub
+    seq: SeqAllocator
+    if settings.redis_url:
+        hub = RedisHub(settings.redis_url, f"{settings.redis_channel_prefix}:frames")
+        seq = RedisSeqAllocator(settings.redis_url, settings.redis_channel_prefix, seq_floor)
+    else:
+        hub, seq = InProcessHub(), InProcessSeqAllocator(seq_floor)
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(seq.close)
+        await hub.start()
+        stack.push_async_callback(hub.close)
+        await writer.start()
+        stack.push_async_callback(writer.close)
+        yield Realtime(hub, seq, writer, FramePublisher(seq, writer, hub, metrics.frames))
+
+
+def _routing(settings: ConversationSettings):
+    if settings.routing.enabled and not settings.agent_service_api_key.get_secret_value():
+        log.warning("AGENT_SERVICE_API_KEY is not set: agent routing is disabled")
+        return settings.routing.model_copy(update={"enabled": False})
+    return settings.routing
+
+
+def _breaker(settings: ConversationSettings, metrics: ConversationMetrics) -> CircuitBreaker:
+    def changed(new_state: BreakerState) -> None:
+        metrics.agent.breaker_transitions[new_state.value].inc()
+        log.warning("agent circuit breaker changed", extra={"breaker_state": new_state.value})
+
+    delegation = settings.delegation
+    breaker = CircuitBreaker(
+        failure_threshold=delegation.agent_breaker_failures, window_seconds=delegation.agent_breaker_window_s,
+        open_seconds=delegation.agent_breaker_open_s, on_change=changed,
+    )
+    metrics.registry.register(BreakerCollector(breaker))
+    return breaker
+
+
+@asynccontextmanager
+async def build_agent(
+    settings: ConversationSettings, storage: Storage, realtime: Realtime, llm: LLMProvider,
+    client: AgentServiceClient, replier: DirectLLMReplier, tasks: TaskSupervisor, metrics: ConversationMetrics,
+) -> AsyncIterator[AgentParts]:
+    """The agent path; its background jobs stop when the block ends."""
+    config = settings.delegation
+    sessionmaker, publisher = storage.sessionmaker, realtime.publisher
+    async with AsyncExitStack() as stack:
+        breaker = _breaker(settings, metrics)
+        history = HistoryExtractor(
+            settings.history, llm=llm, summary_cache=DatabaseSummaryCache(sessionmaker), registry=metrics.registry
+        )
+        processor = AgentEventProcessor(
+            sessionmaker, publisher, metrics.agent,
+            queue_size=config.agent_event_queue_size, ask_user_timeout_s=config.ask_user_timeout_s,
+        )
+        delegation = AgentDelegation(
+            sessionmaker=sessionmaker, client=client, breaker=breaker, history=history, processor=processor,
+            replier=replier, publisher=publisher, metrics=metrics.agent, settings=config, tasks=tasks,
+        )
+        dispatcher = AgentReplyDispatcher(
+            sessionmaker=sessionmaker, router=MessageRouter(_routing(settings), registry=metrics.registry),
+            breaker=breaker, delegation=delegation, replier=replier, tasks=tasks,
+        )
+        expiry = QuestionExpiryJob(delegation, interval_s=config.agent_cleanup_interval_s,
+                                   batch=config.agent_cleanup_batch)
+        expiry.start()
+        stack.push_async_callback(expiry.close)
+        health = AgentHealthMonitor(client, breaker, metrics.agent, cache_s=config.agent_health_cache_s)
+        health.start(max(config.agent_health_cache_s, 5.0))
+        stack.push_async_callback(health.close)
+        answers = AnswerService(sessionmaker, publisher, delegation, metrics.agent,
+                                max_chars=settings.max_message_chars)
+        yield AgentParts(breaker, health, delegation, dispatcher, expiry, answers)

@@ -1,0 +1,1 @@
+"""The WebSocket clients of a conversation's live stream: handshake, replay, live frames, what they send."""
