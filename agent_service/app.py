@@ -26,7 +26,8 @@ from agent_service.runs import router as runs_router
 from agent_service.runs.engine import ReActEngine, ToolLookup, find_tool
 from agent_service.runs.event_log import EventLog
 from agent_service.runs.leases import LeaseKeeper, new_owner_id
-from agent_service.runs.service import RunManager, RunService
+from agent_service.runs.manager import RunManager
+from agent_service.runs.service import RunService
 from agent_service.runs.streaming import EventStreamer, StreamSettings
 from agent_service.sessions import router as sessions_router
 from agent_service.sessions.service import SessionService

@@ -3,8 +3,8 @@
 The engine knows nothing of HTTP or the database. It emits non-terminal events (THOUGHT,
 TOOL_START, TOOL_END, ANSWER_CHUNK) through ``emit`` and returns how the run ended
 (``Completed``, ``Paused`` for ASK_USER, ``Failed``); the run manager turns that outcome into the
-terminal event and the session's new state. All it needs to continue later lives in ``RunState``,
-which is plain JSON-serialisable data, so a paused run resumes in another process.
+terminal event and the session's new state. All it needs to continue later lives in ``RunState``
+(``runs.state``).
 """
 
 from __future__ import annotations
@@ -14,15 +14,22 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-import orjson
 from pydantic import BaseModel
 
 from agent_service.metrics import AgentMetrics
-from agent_service.profiles.schemas import Profile
+from agent_service.runs.state import (
+    Completed,
+    Failed,
+    Outcome,
+    Paused,
+    Resume,
+    RunContext,
+    RunState,
+    as_text,
+)
 from agent_service.tools.ask_user import ASK_USER_TOOL_NAME, validate_question
 from agent_service.tools.base import Tool, ToolContext, ToolError
 from shared.fastpath.fair_share import FairShare
@@ -45,8 +52,6 @@ from shared.protocol import (
     ThoughtData,
     ToolEndData,
     ToolStartData,
-    Usage,
-    UserContext,
     utcnow,
 )
 from shared.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, count_messages_tokens, count_tokens
@@ -73,81 +78,6 @@ def find_tool(tools: ToolLookup, name: str) -> Tool | None:
 
 
 Emit = Callable[[EventType, BaseModel], Any]
-
-
-@dataclass
-class RunState:
-    """Where a run stands; persisted on the session when it pauses."""
-
-    transcript: list[LLMMessage]
-    # Tool calls of the last model turn not executed yet (the first may be waiting for the user).
-    pending_calls: list[ToolCall] = field(default_factory=list)
-    steps: int = 0
-    usage: Usage = field(default_factory=Usage)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pending_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.pending_calls],
-            "steps": self.steps,
-            "usage": self.usage.model_dump(),
-        }
-
-    @classmethod
-    def from_json(cls, transcript: list[dict[str, Any]], data: dict[str, Any] | None) -> RunState:
-        data = data or {}
-        return cls(
-            transcript=[LLMMessage.from_dict(m) for m in transcript],
-            pending_calls=[
-                ToolCall(id=c["id"], name=c["name"], arguments=dict(c.get("arguments") or {}))
-                for c in data.get("pending_calls", ())
-            ],
-            steps=int(data.get("steps", 0)),
-            usage=Usage.model_validate(data.get("usage") or {}),
-        )
-
-
-@dataclass(frozen=True)
-class Resume:
-    """The user's reply to the pending question, as the engine consumes it."""
-
-    kind: AskUserKind
-    text: str
-    approved: bool
-
-
-@dataclass(frozen=True)
-class RunContext:
-    session_id: str
-    run_id: str
-    profile: Profile
-    user_context: UserContext
-
-
-@dataclass(frozen=True)
-class Completed:
-    answer: str
-    usage: Usage
-
-
-@dataclass(frozen=True)
-class Paused:
-    question: PendingQuestion
-    call_id: str
-
-
-@dataclass(frozen=True)
-class Failed:
-    code: ErrorCode
-    message: str
-
-
-Outcome = Completed | Paused | Failed
-
-
-def _dumps(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return orjson.dumps(value, default=str).decode()
 
 
 class ReActEngine:
@@ -293,7 +223,7 @@ class ReActEngine:
                 return self._pause(call, AskUserKind.QUESTION, question)
             if call.name in ctx.profile.approval_required_tools:
                 return self._pause(
-                    call, AskUserKind.APPROVAL, f"May I run {call.name} with {_dumps(call.arguments)}?",
+                    call, AskUserKind.APPROVAL, f"May I run {call.name} with {as_text(call.arguments)}?",
                     tool=call.name, args=call.arguments,
                 )
             state.pending_calls.pop(0)
@@ -344,20 +274,10 @@ class ReActEngine:
         self._tool_result(state, call, result if ok else {"error": error})
 
     def _tool_result(self, state: RunState, call: ToolCall, result: Any) -> None:
-        content = _dumps(result)
+        content = as_text(result)
         if len(content) > self.max_tool_result_chars:
             content = content[: self.max_tool_result_chars] + " …[truncated]"
         state.transcript.append(LLMMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
-
-
-def close_pending_calls(state: RunState, reason: str) -> None:
-    """Answer every pending call with ``reason``, so the transcript stays valid for a model that
-    requires a tool result after each tool call (when a paused run is cancelled or expires)."""
-    for call in state.pending_calls:
-        state.transcript.append(
-            LLMMessage(role="tool", content=_dumps({"error": reason}), tool_call_id=call.id, name=call.name)
-        )
-    state.pending_calls = []
 
 
 def _surely_within(transcript: list[LLMMessage], limit: int) -> bool:

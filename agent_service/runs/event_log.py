@@ -26,8 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.metrics import AgentMetrics
-from agent_service.runs.repository import EventRepository, RunRepository
-from agent_service.sessions.repository import SessionRepository
+from agent_service.runs.repository import EventRepository, RunRepository, SessionRepository
 from shared.fastpath.handoff import Handoff
 from shared.protocol import EventEnvelope, EventType, utcnow
 from shared.sse import encode_envelope
@@ -35,6 +34,8 @@ from shared.sse import encode_envelope
 log = logging.getLogger(__name__)
 
 _WRITE_ATTEMPTS = 3
+# Events after which the group-commit writer flushes without waiting for its interval.
+_BOUNDARY_EVENTS = frozenset({EventType.TOOL_END, EventType.THOUGHT})
 
 
 class _RunsLost(Exception):
@@ -341,6 +342,8 @@ class EventLog:
         channel.unflushed[item.envelope.seq] = item
         self._publish(channel, item)
         self.writer.add(item.envelope)
+        if type_ in _BOUNDARY_EVENTS:
+            self.writer.request_flush()
         return item.envelope
 
     async def emit_final(

@@ -25,11 +25,11 @@ import uuid
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.metrics import AgentMetrics
+from agent_service.runs.endings import CANCELLED, INTERRUPTED, end_with_error, ended_status
 from agent_service.runs.event_log import EventLog
-from agent_service.runs.repository import OrphanRun, RunRepository
-from agent_service.runs.service import RunManager, run_error
-from agent_service.sessions.repository import SessionRepository
-from shared.protocol import ErrorCode, EventType, SessionStatus, utcnow
+from agent_service.runs.manager import RunManager
+from agent_service.runs.repository import OrphanRun, RunRepository, SessionRepository
+from shared.protocol import ErrorCode, SessionStatus, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -140,25 +140,15 @@ class LeaseKeeper:
                     continue  # this process runs it: a renewal is merely late
                 cancelled = orphan.cancel_requested_at is not None
                 code = ErrorCode.CANCELLED if cancelled else ErrorCode.INTERRUPTED
-                status = SessionStatus.CANCELLED if cancelled else SessionStatus.FAILED
-                if not await runs.claim_orphan(orphan.run_id, self.owner_id, now, status=status.value,
+                if not await runs.claim_orphan(orphan.run_id, self.owner_id, now, status=ended_status(code).value,
                                                error_code=code.value):
                     continue  # another replica got there first
                 session = await sessions.get_for_update(orphan.session_id)
                 # The session may have moved on (a later run); only its current run's end is its own.
                 if session is not None and session.status == SessionStatus.ACTIVE.value \
                         and session.current_run_id == orphan.run_id:
-                    message = (
-                        "the run was cancelled" if cancelled
-                        else "the service stopped while the run was executing"
-                    )
-                    await self._log.append_direct(
-                        db, orphan.session_id, orphan.run_id, session.last_seq + 1, EventType.ERROR,
-                        run_error(code, message),
-                    )
-                    await sessions.update(
-                        orphan.session_id, status=status.value, updated_at=now, run_state=None, pending_question=None,
-                    )
+                    message = CANCELLED if cancelled else INTERRUPTED
+                    await end_with_error(db, self._log, session, orphan.run_id, code, message, now=now)
                 claimed.append((orphan, code))
         for orphan, code in claimed:
             self._metrics.runs_failed.labels(code.value).inc()

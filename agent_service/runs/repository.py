@@ -1,4 +1,4 @@
-"""All SQL of runs and of the event log. Callers own the transaction; these only flush."""
+"""All SQL of sessions, their runs and the event log. Callers own the transaction; these only flush."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any
 
 from sqlalchemy import func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
-from agent_service.models import AgentEvent, AgentRun
+from agent_service.models import AgentEvent, AgentRun, AgentSession
 from shared.protocol import EventEnvelope, EventType, SessionStatus
 
 _EVENTS = AgentEvent.__table__
@@ -36,6 +37,58 @@ class OrphanRun:
 def _lease_expired(now: datetime):
     # NULL: a run written before leases existed, or whose owner never took one.
     return or_(AgentRun.lease_expires_at.is_(None), AgentRun.lease_expires_at < now)
+
+
+class SessionRepository:
+    def __init__(self, db: AsyncSession) -> None:
+        self.db = db
+
+    async def get(self, session_id: str) -> AgentSession | None:
+        return await self.db.get(AgentSession, session_id)
+
+    async def get_for_update(self, session_id: str) -> AgentSession | None:
+        # Row lock on PostgreSQL; SQLite serialises writers anyway.
+        result = await self.db.execute(
+            select(AgentSession).where(AgentSession.id == session_id).with_for_update()
+        )
+        return result.scalar_one_or_none()
+
+    def add(self, session: AgentSession) -> None:
+        self.db.add(session)
+
+    async def claim(self, session_id: str, run_id: str, now: datetime, values: dict[str, Any]) -> bool:
+        """Mark the session ACTIVE for ``run_id`` unless another run holds it; True when claimed."""
+        result = await self.db.execute(
+            update(AgentSession)
+            .where(AgentSession.id == session_id, AgentSession.status != SessionStatus.ACTIVE.value)
+            .values(status=SessionStatus.ACTIVE.value, current_run_id=run_id, updated_at=now, **values)
+            .execution_options(synchronize_session=False)
+        )
+        return result.rowcount == 1
+
+    async def update(self, session_id: str, **values: Any) -> None:
+        await self.db.execute(
+            update(AgentSession)
+            .where(AgentSession.id == session_id)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+
+    async def set(self, session: AgentSession, **values: Any) -> None:
+        """``update`` a session read in this transaction, and the object read with it (as loaded:
+        the ORM does not write it again)."""
+        await self.update(session.id, **values)
+        for name, value in values.items():
+            set_committed_value(session, name, value)
+
+    async def bump_last_seq(self, session_id: str, seq: int) -> None:
+        # Never move backwards: batches of one session are written in order, but be safe anyway.
+        await self.db.execute(
+            update(AgentSession)
+            .where(AgentSession.id == session_id, AgentSession.last_seq < seq)
+            .values(last_seq=seq)
+            .execution_options(synchronize_session=False)
+        )
 
 
 class RunRepository:

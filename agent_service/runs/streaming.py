@@ -18,8 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from agent_service.metrics import AgentMetrics
 from agent_service.runs.event_log import EventLog, LiveEvent, LiveSubscription
-from agent_service.runs.repository import EventRepository
-from agent_service.sessions.repository import SessionRepository
+from agent_service.runs.repository import EventRepository, SessionRepository
 from shared.fastpath.handoff import Handoff
 from shared.protocol import EventEnvelope, SessionStatus
 from shared.sse import SSE_MEDIA_TYPE, encode_comment, encode_envelope, encode_retry

@@ -14,19 +14,11 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.errors import NothingToCancel, SessionNotFound
-from agent_service.runs.engine import RunState, close_pending_calls
+from agent_service.runs.endings import CANCELLED, end_with_error
 from agent_service.runs.event_log import EventLog
-from agent_service.runs.repository import RunRepository
-from agent_service.runs.service import RunManager, run_error
-from agent_service.sessions.repository import SessionRepository
-from shared.protocol import (
-    ErrorCode,
-    EventType,
-    PendingQuestion,
-    SessionStatus,
-    SessionStatusResponse,
-    utcnow,
-)
+from agent_service.runs.manager import RunManager
+from agent_service.runs.repository import RunRepository, SessionRepository
+from shared.protocol import ErrorCode, PendingQuestion, SessionStatus, SessionStatusResponse, utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +79,9 @@ class SessionService:
                 raise NothingToCancel(f"session is {session.status}; there is nothing to cancel")
             else:
                 remote = False
-                state = RunState.from_json(session.transcript, session.run_state)
-                close_pending_calls(state, "the user cancelled the run")
-                await self._log.append_direct(
-                    db, session_id, session.current_run_id or "cancel", session.last_seq + 1, EventType.ERROR,
-                    run_error(ErrorCode.CANCELLED, "the run was cancelled"),
-                )
-                await sessions.update(
-                    session_id, status=SessionStatus.CANCELLED.value, pending_question=None, run_state=None,
-                    transcript=[m.to_dict() for m in state.transcript], updated_at=utcnow(),
+                await end_with_error(
+                    db, self._log, session, session.current_run_id or "cancel", ErrorCode.CANCELLED, CANCELLED,
+                    now=utcnow(), close_calls="the user cancelled the run",
                 )
         if remote:
             return await self._await_remote_cancel(session_id)

@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from agent_service.models import AgentEvent, AgentRun
 from agent_service.runs.leases import LeaseKeeper
-from agent_service.runs.service import RunManager
+from agent_service.runs.manager import RunManager
 from shared.llm.base import CompletionOptions, LLMEvent, LLMMessage, TextDelta, ToolSpec
 from shared.llm.builtin import BuiltinProvider
 

@@ -9,15 +9,14 @@ import pytest
 
 from agent_service.metrics import AgentMetrics
 from agent_service.profiles.schemas import Profile
-from agent_service.runs.engine import (
+from agent_service.runs.engine import ReActEngine, _surely_within
+from agent_service.runs.state import (
     Completed,
     Failed,
     Paused,
-    ReActEngine,
     Resume,
     RunContext,
     RunState,
-    _surely_within,
     close_pending_calls,
 )
 from agent_service.tools.base import Tool, ToolContext, ToolError

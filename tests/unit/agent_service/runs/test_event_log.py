@@ -11,8 +11,7 @@ from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
 from agent_service.models import AgentSession
 from agent_service.runs.event_log import EventLog, LiveEvent, LiveSubscription
-from agent_service.runs.repository import EventRepository
-from agent_service.sessions.repository import SessionRepository
+from agent_service.runs.repository import EventRepository, SessionRepository
 from shared.db import create_engine, create_sessionmaker
 from shared.fastpath.handoff import Handoff
 from shared.protocol import AnswerChunkData, CompleteData, EventEnvelope, EventType, utcnow

@@ -1,0 +1,249 @@
+"""The runs this process executes.
+
+A run is an asyncio task of the process, not of the HTTP request, so a client that disconnects
+loses nothing. When a run ends, its terminal event and the session's new state are written
+together (``endings``), conditional on the process still owning the run: replicas share the
+database, and one whose lease expired may have had its run ended by another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from agent_service.metrics import AgentMetrics
+from agent_service.profiles.schemas import Profile
+from agent_service.runs.endings import CANCELLED, INTERRUPTED, Ending, ending_of
+from agent_service.runs.engine import ReActEngine
+from agent_service.runs.event_log import EventLog, RunTakenOver, SessionChannel
+from agent_service.runs.repository import RunRepository, SessionRepository
+from agent_service.runs.schemas import RunHandle
+from agent_service.runs.snapshots import SessionSnapshot, SessionSnapshots
+from agent_service.runs.state import Completed, Failed, Outcome, Resume, RunContext, RunState
+from shared.logging import session_id_var
+from shared.protocol import ErrorCode, EventType, SessionStatus, UserContext, utcnow
+
+log = logging.getLogger(__name__)
+
+_TAKEN_OVER = "run ended by another replica after its lease expired"
+
+
+@dataclass
+class ActiveRun:
+    handle: RunHandle
+    context: RunContext
+    state: RunState
+    # The transcript as it was when the run started: what a failed run leaves on the session.
+    start_transcript: list[dict]
+    resume: Resume | None
+    # Opened once the run's claim has committed; events go to it.
+    channel: SessionChannel | None
+    task: asyncio.Task[None] | None = None
+    # A run started before its claim committed (``early_start``): done once it has, cancelled if
+    # the claim failed. The run writes nothing before. None: claimed already.
+    claimed: asyncio.Future[None] | None = None
+    cancel_requested: bool = False
+    # Set by the task's first step: a task cancelled before it ever ran would skip its clean-up.
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    # The engine returned: the terminal event is being written and must not be interrupted.
+    finishing: bool = False
+    # Another replica ended the run after this process's lease expired: write nothing more.
+    taken_over: bool = False
+
+    @classmethod
+    def of(
+        cls, handle: RunHandle, profile: Profile, user_context: UserContext, state: RunState,
+        resume: Resume | None = None, channel: SessionChannel | None = None,
+    ) -> ActiveRun:
+        context = RunContext(session_id=handle.session_id, run_id=handle.run_id, profile=profile,
+                             user_context=user_context)
+        return cls(handle=handle, context=context, state=state, start_transcript=state.transcript_json(),
+                   resume=resume, channel=channel)
+
+    @property
+    def discarded(self) -> bool:
+        """Its claim failed: it never was the session's run, and ends without a trace."""
+        return self.claimed is not None and self.claimed.cancelled()
+
+
+class RunManager:
+    """``owner_id`` names the process in the runs it owns; each run is claimed with a lease of
+    ``lease_seconds`` that the ``LeaseKeeper`` renews while it runs."""
+
+    def __init__(
+        self, *, sessionmaker: async_sessionmaker, event_log: EventLog, engine: ReActEngine, metrics: AgentMetrics,
+        owner_id: str, lease_seconds: float,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._log = event_log
+        self._engine = engine
+        self._metrics = metrics
+        self.owner_id = owner_id
+        self.lease_seconds = lease_seconds
+        self._runs: dict[str, ActiveRun] = {}
+        # Sessions whose last run this process completed: a new message may start from them.
+        self.snapshots = SessionSnapshots()
+        self._shutting_down = False
+        # Cancels asked for through another replica, running in the background (strong references).
+        self._remote_cancels: set[asyncio.Task[bool]] = set()
+
+    def get(self, session_id: str) -> ActiveRun | None:
+        return self._runs.get(session_id)
+
+    def active(self) -> list[ActiveRun]:
+        return list(self._runs.values())
+
+    def lease_until(self, now: datetime) -> datetime:
+        return now + timedelta(seconds=self.lease_seconds)
+
+    def start(self, run: ActiveRun) -> None:
+        self.adopt(run)
+        self.launch(run)
+
+    def launch(self, run: ActiveRun) -> None:
+        """Start the run's task; it is one of this process's runs (cancels, leases, shutdown) once adopted."""
+        run.task = asyncio.create_task(self._drive(run), name=f"agent-run-{run.handle.run_id}")
+
+    def adopt(self, run: ActiveRun) -> None:
+        self._runs[run.handle.session_id] = run
+
+    def _emit(self, run: ActiveRun) -> Callable[[EventType, BaseModel], None]:
+        def emit(type_: EventType, data: BaseModel) -> None:
+            if not run.taken_over:  # else its seqs belong to the replica that ended it
+                self._log.emit(run.channel, type_, data)
+
+        return emit
+
+    async def _drive(self, run: ActiveRun) -> None:
+        run.started.set()
+        token = session_id_var.set(run.handle.session_id)
+        self._metrics.runs_started.inc()
+        self._metrics.active_runs.inc()
+        log.info("run started", extra={"run_id": run.handle.run_id, "resume": run.resume is not None})
+        try:
+            outcome = await self._outcome(run)
+            if outcome is None:
+                return
+            if run.taken_over:
+                self._log.abandon(run.channel)
+                log.warning(_TAKEN_OVER, extra={"run_id": run.handle.run_id})
+                return
+            run.finishing = True
+            await self._finish(run, outcome)
+        except RunTakenOver:
+            log.warning(_TAKEN_OVER, extra={"run_id": run.handle.run_id})
+        except Exception:
+            log.exception("run could not be finalised", extra={"run_id": run.handle.run_id})
+        finally:
+            self._metrics.active_runs.dec()
+            if self._runs.get(run.handle.session_id) is run:
+                del self._runs[run.handle.session_id]
+            session_id_var.reset(token)
+
+    async def _outcome(self, run: ActiveRun) -> Outcome | None:
+        """How the engine's run ended, a cancel included; None for a discarded run."""
+        try:
+            outcome = await self._engine.run(run.context, run.state, self._emit(run), run.resume, ready=run.claimed)
+            if run.claimed is not None:
+                await run.claimed  # a model that failed at once: its ERROR belongs to a claimed run
+            return outcome
+        except asyncio.CancelledError:
+            if run.discarded:
+                return None
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            if self._shutting_down and not run.cancel_requested:
+                return Failed(ErrorCode.INTERRUPTED, INTERRUPTED)
+            return Failed(ErrorCode.CANCELLED, CANCELLED)
+        except Exception:
+            log.exception("run failed unexpectedly", extra={"run_id": run.handle.run_id})
+            return Failed(ErrorCode.INTERNAL, "internal error in the agent service")
+
+    async def _finish(self, run: ActiveRun, outcome: Outcome) -> None:
+        handle = run.handle
+        now = utcnow()
+        ending = ending_of(outcome, run.state, run.start_transcript)
+        self._count(ending)
+
+        async def finalize(db: AsyncSession) -> None:
+            # Conditional on still owning the run: if this process stalled past its lease and
+            # another replica's recovery ended the run, the whole terminal write rolls back.
+            owned = await RunRepository(db).finish_owned(
+                handle.run_id, self.owner_id, status=ending.status.value, ended_at=now, error_code=ending.error_code,
+                usage=run.state.usage.model_dump(),
+            )
+            if not owned:
+                raise RunTakenOver(handle.run_id)
+            await SessionRepository(db).update(handle.session_id, updated_at=now, **ending.session_values())
+
+        final = await self._log.emit_final(run.channel, ending.event, ending.data, finalize)
+        if isinstance(outcome, Completed):
+            self.snapshots.remember(handle.session_id, SessionSnapshot(
+                run_id=handle.run_id, last_seq=final.seq, transcript=ending.transcript))
+        log.info("run ended", extra={"run_id": handle.run_id, "outcome": ending.event.value, "code": ending.error_code})
+
+    def _count(self, ending: Ending) -> None:
+        if ending.error_code is not None:
+            self._metrics.runs_failed.labels(ending.error_code).inc()
+        elif ending.status is SessionStatus.AWAITING_USER:
+            self._metrics.runs_paused.inc()
+        else:
+            self._metrics.runs_completed.inc()
+
+    async def cancel(self, session_id: str) -> bool:
+        """Cancel this process's run of ``session_id``; True once its ERROR event is written."""
+        run = self._runs.get(session_id)
+        if run is None or run.task is None:
+            return False
+        run.cancel_requested = True
+        # Wait for the ERROR event to be written; shielded so the caller going away does not
+        # interrupt the run's own clean-up.
+        await asyncio.shield(self._interrupt_when_started(run))
+        return True
+
+    def _interrupt(self, run: ActiveRun) -> None:
+        if run.task is not None and run.started.is_set() and not run.finishing:
+            run.task.cancel()
+
+    async def _interrupt_when_started(self, run: ActiveRun) -> None:
+        await run.started.wait()
+        self._interrupt(run)
+        assert run.task is not None
+        await asyncio.wait([run.task])
+
+    def cancel_requested_elsewhere(self, run: ActiveRun) -> None:
+        """Another replica recorded a cancel of this run: cancel it here, in the background."""
+        if run.cancel_requested or self._shutting_down:
+            return
+        log.info("run cancelled through another replica", extra={"run_id": run.handle.run_id})
+        task = asyncio.create_task(self.cancel(run.handle.session_id), name=f"agent-cancel-{run.handle.run_id}")
+        self._remote_cancels.add(task)
+        task.add_done_callback(self._remote_cancels.discard)
+
+    def taken_over_runs(self, run_ids: set[str]) -> None:
+        for run in self.active():
+            if run.handle.run_id in run_ids:
+                self.taken_over(run)
+
+    def taken_over(self, run: ActiveRun) -> None:
+        """Another replica ended this run (this process's lease had expired): stop it, write nothing."""
+        if run.taken_over or run.finishing:
+            return
+        run.taken_over = True
+        self._interrupt(run)
+
+    async def shutdown(self) -> None:
+        """Stop every run; each ends with ERROR INTERRUPTED (retryable) written to the log."""
+        self._shutting_down = True
+        runs = list(self._runs.values())
+        if runs:
+            await asyncio.gather(*(self._interrupt_when_started(run) for run in runs), return_exceptions=True)
+        if self._remote_cancels:
+            await asyncio.gather(*self._remote_cancels, return_exceptions=True)

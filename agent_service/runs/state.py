@@ -1,0 +1,119 @@
+"""What a run is made of, as plain data: where it stands (``RunState``, persisted on the session when
+it pauses, so a paused run resumes in another process), what it runs for (``RunContext``), the
+user's reply it resumes with (``Resume``) and how it ended (``Outcome``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from agent_service.profiles.schemas import Profile
+from shared.llm.base import LLMMessage, ToolCall
+from shared.protocol import AskUserKind, ErrorCode, ExecuteRequest, PendingQuestion, Usage, UserContext
+
+
+@dataclass
+class RunState:
+    """Where a run stands; persisted on the session when it pauses."""
+
+    transcript: list[LLMMessage]
+    # Tool calls of the last model turn not executed yet (the first may be waiting for the user).
+    pending_calls: list[ToolCall] = field(default_factory=list)
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pending_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.pending_calls],
+            "steps": self.steps,
+            "usage": self.usage.model_dump(),
+        }
+
+    @classmethod
+    def from_json(cls, transcript: list[dict[str, Any]], data: dict[str, Any] | None) -> RunState:
+        data = data or {}
+        return cls(
+            transcript=[LLMMessage.from_dict(m) for m in transcript],
+            pending_calls=[
+                ToolCall(id=c["id"], name=c["name"], arguments=dict(c.get("arguments") or {}))
+                for c in data.get("pending_calls", ())
+            ],
+            steps=int(data.get("steps", 0)),
+            usage=Usage.model_validate(data.get("usage") or {}),
+        )
+
+    @classmethod
+    def first(cls, request: ExecuteRequest, system_prompt: str) -> RunState:
+        """A new session's first run: the caller's chat history seeds it."""
+        transcript = [LLMMessage(role="system", content=system_prompt)]
+        transcript += [LLMMessage(role=m.role.value, content=m.content) for m in request.chat_history]
+        transcript.append(LLMMessage(role="user", content=request.message))
+        return cls(transcript=transcript)
+
+    @classmethod
+    def continued(cls, transcript: list[dict[str, Any]], request: ExecuteRequest) -> RunState:
+        """A new message continues the session's own transcript (it holds the tool calls the
+        caller's chat history does not)."""
+        state = cls.from_json(transcript, None)
+        state.transcript.append(LLMMessage(role="user", content=request.message))
+        return state
+
+    def transcript_json(self) -> list[dict[str, Any]]:
+        return [m.to_dict() for m in self.transcript]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The user's reply to the pending question, as the engine consumes it."""
+
+    kind: AskUserKind
+    text: str
+    approved: bool
+
+
+@dataclass(frozen=True)
+class RunContext:
+    session_id: str
+    run_id: str
+    profile: Profile
+    user_context: UserContext
+
+
+@dataclass(frozen=True)
+class Completed:
+    answer: str
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Paused:
+    question: PendingQuestion
+    call_id: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    code: ErrorCode
+    message: str
+
+
+Outcome = Completed | Paused | Failed
+
+
+def as_text(value: Any) -> str:
+    """A tool result or argument as the model reads it: strings as they are, the rest as JSON."""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value, default=str).decode()
+
+
+def close_pending_calls(state: RunState, reason: str) -> None:
+    """Answer every pending call with ``reason``, so the transcript stays valid for a model that
+    requires a tool result after each tool call (when a paused run is cancelled or expires)."""
+    for call in state.pending_calls:
+        state.transcript.append(
+            LLMMessage(role="tool", content=as_text({"error": reason}), tool_call_id=call.id, name=call.name)
+        )
+    state.pending_calls = []
