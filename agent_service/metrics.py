@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from shared.labelled import Labelled
+
 # Tool calls and first tokens span sub-millisecond (calculator) to tens of seconds (slow models).
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 # The per-event overhead target is 1 ms at p95, so the buckets are fine below it and coarse above.
@@ -29,7 +31,11 @@ class AgentMetrics:
             "agent_runs_failed", "Runs that ended with ERROR, by code", ["code"], registry=self.registry
         )
         self.active_runs = Gauge("agent_active_runs", "Runs executing in this process", registry=self.registry)
-        self.events = Counter("agent_events", "Events emitted, by type", ["type"], registry=self.registry)
+        # Counted per event: each type's child is looked up once (``labels()`` on every event was ~3 %
+        # of the process's CPU under streaming load).
+        self.events: Labelled[Counter] = Labelled(
+            Counter("agent_events", "Events emitted, by type", ["type"], registry=self.registry), "type"
+        )
         self.tool_latency = Histogram(
             "agent_tool_latency_seconds", "Tool call duration", ["tool"], buckets=_LATENCY_BUCKETS,
             registry=self.registry,

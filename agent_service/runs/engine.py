@@ -32,7 +32,7 @@ from agent_service.runs.state import (
 )
 from agent_service.tools.ask_user import ASK_USER_TOOL_NAME, validate_question
 from agent_service.tools.base import Tool, ToolContext, ToolError
-from shared.fastpath.fair_share import FairShare
+from shared.fastpath.fair_share import fair_share
 from shared.llm.base import (
     CompletionOptions,
     LLMDone,
@@ -156,7 +156,6 @@ class ReActEngine:
         done: LLMDone | None = None
         started = time.perf_counter()
         first = True
-        share = FairShare()
 
         def end_reasoning() -> None:
             if reasoning:
@@ -165,7 +164,7 @@ class ReActEngine:
 
         stream = self.provider.stream(state.transcript, tools=specs, options=options)
         try:
-            async for event in stream:
+            async for event in fair_share(stream):
                 if first:
                     self.metrics.llm_ttft.observe(time.perf_counter() - started)
                     first = False
@@ -178,9 +177,8 @@ class ReActEngine:
                     text.append(event.text)
                     answer.append(event.text)
                     # A reader that keeps up has the chunk on its socket when emit returns (see
-                    # EventLog); the pause for other runs comes after it, never before.
+                    # EventLog); fair_share pauses for other runs after it, never before.
                     emit(EventType.ANSWER_CHUNK, AnswerChunkData(text=event.text))
-                    await share.checkpoint()
                 elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                 elif isinstance(event, ToolCall):
