@@ -1,7 +1,8 @@
 // The chat page: sign-in by token, the conversation list, the open conversation and the composer.
 // Plain ES modules, no build step.
 import { ApiError, createApi, newId } from "./api.js";
-import { ChatView, el } from "./chat.js";
+import { ChatView } from "./chat.js";
+import { el } from "./dom.js";
 import { ConversationSocket } from "./socket.js";
 
 const $ = (id) => document.getElementById(id);
@@ -80,13 +81,31 @@ function connection(stateName, info) {
   }
 }
 
+// From the moment a message (or an answer to the agent) is sent until the first frame of its reply.
+// The echo of the user's own message is not the reply; a notice (the agent is unavailable,
+// answering directly) is shown as a banner at once while the reply is still to come.
+const typing = {
+  start() { $("typing").hidden = false; },
+  stop() { $("typing").hidden = true; },
+  frame(frame) {
+    const own = frame.type === "message.created" && frame.data && frame.data.role === "user";
+    if (!own && frame.type !== "notice") this.stop();
+  },
+};
+
 const chat = new ChatView({
   list: $("messages"),
   status: statusLine,
-  answer: (questionId, text, approved) => {
+  answer: async (questionId, text, approved) => {
     const body = { question_id: questionId, answer: text };
     if (approved !== undefined) body.approved = approved;
-    return api("POST", `/conversations/${encodeURIComponent(state.current)}/agent-answer`, body);
+    typing.start();
+    try {
+      return await api("POST", `/conversations/${encodeURIComponent(state.current)}/agent-answer`, body);
+    } catch (err) {
+      typing.stop();
+      throw err;
+    }
   },
   notice: (data) => banner(typeof data.text === "string" ? data.text : "", "notice"),
 });
@@ -125,6 +144,27 @@ $("sign-out").addEventListener("click", () => {
 
 // ---- conversation list ----------------------------------------------------------------------
 
+// On a narrow screen the list is a drawer over the conversation, opened by the header's button.
+function navigation(open) {
+  document.body.classList.toggle("nav-open", open);
+  $("nav-toggle").setAttribute("aria-expanded", String(open));
+  $("scrim").hidden = !open;
+}
+
+$("nav-toggle").addEventListener("click", () => {
+  const open = !document.body.classList.contains("nav-open");
+  navigation(open);
+  const current = $("conversations").querySelector("[aria-current]");
+  if (open) (current || $("sidebar").querySelector("button:not(:disabled)"))?.focus();
+});
+$("scrim").addEventListener("click", () => navigation(false));
+document.addEventListener("keydown", (ev) => {
+  if (ev.key === "Escape" && document.body.classList.contains("nav-open")) {
+    navigation(false);
+    $("nav-toggle").focus();
+  }
+});
+
 function conversationLabel(c) {
   return c.title || `Conversation ${c.id.slice(0, 8)}`;
 }
@@ -140,7 +180,12 @@ function renderConversations(items) {
     button.type = "button";
     button.dataset.id = c.id;
     if (c.agent_status === "AWAITING_USER") button.append(el("span", "badge", "question"));
-    button.addEventListener("click", () => openConversation(c.id));
+    button.addEventListener("click", async () => {
+      const fromDrawer = document.body.classList.contains("nav-open");
+      navigation(false);
+      await openConversation(c.id);
+      if (fromDrawer) $("content").focus();  // the drawer and the button in it are gone
+    });
     li.append(button);
     ul.append(li);
   }
@@ -168,6 +213,7 @@ $("new-conversation").addEventListener("click", async () => {
   try {
     const title = "Conversation " + new Date().toLocaleString([], { dateStyle: "short", timeStyle: "short" });
     const created = await api("POST", "/conversations", { title });
+    navigation(false);
     await loadConversations();
     await openConversation(created.id);
     $("content").focus();
@@ -181,6 +227,7 @@ $("new-conversation").addEventListener("click", async () => {
 // ---- the open conversation ------------------------------------------------------------------
 
 function closeConversation() {
+  typing.stop();
   if (state.socket) state.socket.stop();
   state.socket = null;
   state.current = null;
@@ -221,7 +268,7 @@ async function openConversation(id) {
       conversationId: id,
       token: token(),
       afterSeq: conversation.last_seq || 0,
-      onFrame: (frame) => chat.onFrame(frame),
+      onFrame: (frame) => { typing.frame(frame); chat.onFrame(frame); },
       onControl: (frame) => { if (frame.type === "error" && frame.data) banner(String(frame.data.detail || frame.data.error || "")); },
       onState: connection,
     });
@@ -271,6 +318,7 @@ $("composer").addEventListener("submit", async (ev) => {
   updateComposer();
   if (!state.draft || state.draft.text !== content) state.draft = { text: content, id: newId() };
   const conversationId = state.current;
+  typing.start();
   try {
     await api("POST", `/conversations/${encodeURIComponent(conversationId)}/messages`,
               { content, client_message_id: state.draft.id });
@@ -278,6 +326,7 @@ $("composer").addEventListener("submit", async (ev) => {
     state.draft = null;
     banner("");
   } catch (err) {
+    typing.stop();
     reportError(err);  // the text stays in the box; sending again reuses its client_message_id
   } finally {
     state.sending = false;

@@ -8,9 +8,12 @@ from datetime import UTC, datetime
 import pytest
 from playwright.async_api import Page, expect
 
-from tests.e2e.support import SocketGate, assistant_after, chat_stack, wait_until
+from tests.e2e.support import SocketGate, chat_stack, wait_until
 
 pytestmark = pytest.mark.browser
+
+# The decision shows on the card, not as a message: the agent's reply follows the card itself.
+AGENT_REPLY_AFTER_CARD = "xpath=following-sibling::li[contains(concat(' ', @class, ' '), ' assistant ')][1]"
 
 
 async def test_approve_and_deny_a_tool_call(page: Page, tmp_path) -> None:
@@ -31,10 +34,10 @@ async def test_approve_and_deny_a_tool_call(page: Page, tmp_path) -> None:
 
         await card.locator("button.approve").click()
         await expect(card).to_have_attribute("data-state", "answered")
-        await expect(card.locator(".card-note")).to_have_text("Approved.")
+        await expect(card.locator(".card-decision")).to_have_text("Approved by you")
         await expect(card.locator("button.approve")).to_be_disabled()
         await expect(card.locator("button.deny")).to_be_disabled()
-        result = assistant_after(page, "approve")
+        result = card.locator(AGENT_REPLY_AFTER_CARD)
         await expect(result).to_have_attribute("data-status", "complete")
         await expect(result.locator(".body")).to_contain_text("391")
         await expect(result.locator("li.tool[data-tool='calculator']")).to_have_attribute("data-state", "ok")
@@ -47,8 +50,8 @@ async def test_approve_and_deny_a_tool_call(page: Page, tmp_path) -> None:
         await second.locator("button.deny").click()
         denied = page.locator(".question-card[data-kind='approval']").nth(1)
         await expect(denied).to_have_attribute("data-state", "answered")
-        await expect(denied.locator(".card-note")).to_have_text("Denied.")
-        reply = assistant_after(page, "deny")
+        await expect(denied.locator(".card-decision")).to_have_text("Denied by you")
+        reply = denied.locator(AGENT_REPLY_AFTER_CARD)
         await expect(reply).to_have_attribute("data-status", "complete")
         await expect(reply.locator("li.tool")).to_have_count(0)
         await expect(reply.locator(".body")).not_to_contain_text("42")

@@ -1,0 +1,183 @@
+// One message on screen: who wrote it, the agent's thinking and tool steps, the text (Markdown for
+// answers, plain text for what the user typed) and, once an answer is finished, its copy button.
+import { button, el, formatDuration, formatTime } from "./dom.js";
+import { copyButton, renderMarkdown } from "./markdown.js";
+
+const LABEL = { user: "You", assistant: "Assistant", system: "System" };
+// A tool result longer than this is folded behind "Show more".
+const FOLD_LINES = 12;
+const FOLD_CHARS = 600;
+
+function unescapePython(text) {
+  return text.replace(/\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[\s\S])/g, (_, e) =>
+    e.length > 1 ? String.fromCodePoint(parseInt(e.slice(1), 16)) : ({ n: "\n", t: "\t", r: "\r" }[e] ?? e));
+}
+
+// Tool results arrive as previews of Python values ({'ok': True, 'value': None}); read as JSON when
+// they are JSON, else as a Python literal; null when they are neither (a preview cut short).
+function parseLiteral(text) {
+  try { return JSON.parse(text); } catch (err) { /* not JSON */ }
+  const json = text.replace(/'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)"|\b(True|False|None)\b/g,
+    (_, single, double, word) => (word ? { True: "true", False: "false", None: "null" }[word]
+                                        : JSON.stringify(unescapePython(single ?? double))));
+  try { return JSON.parse(json); } catch (err) { return null; }
+}
+
+// Objects and lists as indented JSON; anything else as the text it is.
+export function readable(value) {
+  const parsed = typeof value === "string" ? parseLiteral(value) : value;
+  return parsed !== null && typeof parsed === "object" ? JSON.stringify(parsed, null, 2) : String(value);
+}
+
+class ToolStep {
+  constructor(callId) {
+    this.li = el("li", "tool");
+    this.li.dataset.callId = callId;
+    this.nameEl = el("span", "tool-name");
+    this.stateEl = el("span", "tool-state");
+    const head = el("div", "tool-head");
+    head.append(this.nameEl, this.stateEl);
+    this.argsEl = el("pre", "tool-args");
+    this.resultEl = el("pre", "tool-result");
+    this.more = button("show-more link", "Show more", () => this.fold(!this.resultEl.classList.contains("folded")));
+    this.argsEl.hidden = this.resultEl.hidden = this.more.hidden = true;
+    this.li.append(head, this.argsEl, this.resultEl, this.more);
+  }
+
+  get state() { return this.li.dataset.state; }
+
+  name(name) {
+    if (!name) return;
+    this.nameEl.textContent = name;
+    this.li.dataset.tool = name;
+  }
+
+  started(args) {
+    if (this.state && this.state !== "running") return;  // the end came first
+    if (args && typeof args === "object" && Object.keys(args).length) {
+      this.argsEl.textContent = readable(args);
+      this.argsEl.hidden = false;
+    }
+    this.li.dataset.state = "running";
+    this.stateEl.textContent = "running…";
+  }
+
+  ended(ok, durationMs, error, preview) {
+    const took = formatDuration(durationMs);
+    this.li.dataset.state = ok ? "ok" : "error";
+    this.stateEl.textContent = ok ? (took ? `done in ${took}` : "done") : (took ? `failed after ${took}` : "failed");
+    const text = ok ? (preview ? readable(preview) : "") : String(error || "");
+    this.resultEl.textContent = text;
+    this.resultEl.hidden = !text;
+    const long = text.length > FOLD_CHARS || text.split("\n").length > FOLD_LINES;
+    this.more.hidden = !long;
+    this.fold(long);
+  }
+
+  fold(folded) {
+    this.resultEl.classList.toggle("folded", folded);
+    this.more.textContent = folded ? "Show more" : "Show less";
+    this.more.setAttribute("aria-expanded", String(!folded));
+  }
+}
+
+export class MessageView {
+  constructor(id, role) {
+    this.id = id;
+    this.role = LABEL[role] ? role : "assistant";
+    this.text = "";
+    this.final = false;
+    this.partial = false;  // opened mid-stream: the deltas before the page loaded are not shown
+    this.frame = 0;        // the animation frame that will render the streamed text
+    this.tools = new Map();
+    this.li = el("li", `msg ${this.role}`);
+    this.li.dataset.messageId = id || "";
+    this.li.dataset.role = this.role;
+    const meta = el("div", "meta");
+    this.who = el("span", "who", LABEL[this.role]);
+    this.when = el("time", "when");
+    meta.append(this.who, this.when);
+    this.thinking = el("details", "thinking");
+    this.thinking.append(el("summary", null, "Thinking"));
+    this.thinking.hidden = true;
+    this.toolList = el("ol", "tools");
+    this.toolList.hidden = true;
+    this.body = el("div", this.role === "user" ? "body plain" : "body");
+    this.errorLine = el("div", "error-text");
+    this.errorLine.hidden = true;
+    this.actions = el("div", "msg-actions");
+    this.actions.append(copyButton("copy-answer", "Copy answer", () => this.text));
+    this.actions.hidden = true;
+    this.li.append(meta, this.thinking, this.toolList, this.body, this.errorLine, this.actions);
+  }
+
+  // Answers of the agent are labelled as its own; direct answers of the model as the assistant's.
+  setPath(path) {
+    if (typeof path !== "string" || this.role !== "assistant") return;
+    this.li.dataset.path = path;
+    this.who.textContent = path === "agent" ? "Agent" : LABEL.assistant;
+  }
+
+  setTime(iso) {
+    this.when.textContent = formatTime(iso);
+    if (iso) this.when.dateTime = iso;
+  }
+
+  // Only the message being written is a live region: a screen reader reads the answer as it
+  // arrives, not the whole list again.
+  setStatus(status) {
+    this.li.dataset.status = status;
+    this.li.classList.toggle("streaming", status === "streaming");
+    this.li.classList.toggle("error", status === "error");
+    if (status === "streaming") this.li.setAttribute("aria-live", "polite");
+    else this.li.removeAttribute("aria-live");
+  }
+
+  render() {
+    cancelAnimationFrame(this.frame);
+    this.frame = 0;
+    const text = this.partial && !this.final ? "… " + this.text : this.text;
+    if (this.role === "user") this.body.textContent = text;
+    else renderMarkdown(this.body, text);
+    this.actions.hidden = !(this.final && this.role !== "user" && this.text.trim());
+  }
+
+  // Deltas arriving within one frame are rendered together, from the whole text so far.
+  append(text) {
+    if (this.final) return;  // the complete text is already shown
+    this.text += text;
+    if (!this.frame) this.frame = requestAnimationFrame(() => this.render());
+  }
+
+  finish(content, status) {
+    if (typeof content === "string") this.text = content;
+    this.final = true;
+    this.partial = false;
+    this.setStatus(status || "complete");
+    this.render();
+  }
+
+  fail(text, content) {
+    this.errorLine.textContent = text || "The reply failed.";
+    this.errorLine.hidden = false;
+    this.finish(typeof content === "string" && content ? content : this.text, "error");
+  }
+
+  thought(text) {
+    if (typeof text !== "string" || !text.trim()) return;
+    this.thinking.append(el("p", "thought", text));
+    this.thinking.hidden = false;
+  }
+
+  tool(callId, name) {
+    let step = this.tools.get(callId);
+    if (!step) {
+      step = new ToolStep(callId);
+      this.tools.set(callId, step);
+      this.toolList.append(step.li);
+      this.toolList.hidden = false;
+    }
+    step.name(name);
+    return step;
+  }
+}
