@@ -8,10 +8,10 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from conversation_service.agent_delegation.router import router as agent_router
 from conversation_service.conversations.router import router as conversations_router
 from conversation_service.errors import install_error_handlers
 from conversation_service.health import router as health_router
+from conversation_service.interactions.router import router as agent_router
 from conversation_service.lifespan import lifespan
 from conversation_service.messages.router import router as messages_router
 from conversation_service.settings import ConversationSettings

@@ -15,11 +15,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
-from conversation_service.agent_delegation.answers import AnswerService
 from conversation_service.auth.tokens import AuthenticatedUser, verify_token
 from conversation_service.conversations.service import get_owned_conversation
 from conversation_service.db.models import Conversation
 from conversation_service.errors import Unauthorized
+from conversation_service.interactions.service import AnswerService
 from conversation_service.lifespan import AgentParts, Realtime, Storage
 from conversation_service.messages.service import MessageService
 from conversation_service.metrics import ConversationMetrics

@@ -19,12 +19,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from conversation_service.agent_client import AgentServiceClient
-from conversation_service.agent_delegation.answers import AnswerService
-from conversation_service.agent_delegation.breaker import BreakerState, CircuitBreaker
-from conversation_service.agent_delegation.breaker_metrics import BreakerCollector
-from conversation_service.agent_delegation.cleanup import QuestionExpiryJob
 from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
-from conversation_service.agent_delegation.health import AgentHealthMonitor
 from conversation_service.agent_delegation.processor import AgentEventProcessor
 from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.db import migrate
@@ -32,6 +27,8 @@ from conversation_service.db.repository import unit_of_work
 from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.history.extractor import HistoryExtractor
 from conversation_service.history.repository import DatabaseSummaryCache
+from conversation_service.interactions.expiry import QuestionExpiry
+from conversation_service.interactions.service import AnswerService
 from conversation_service.messages.service import MessageService
 from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.hub import Hub, InProcessHub, RedisHub
@@ -39,9 +36,12 @@ from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.realtime.repository import FrameRepository
 from conversation_service.realtime.seq import InProcessSeqAllocator, RedisSeqAllocator, SeqAllocator
 from conversation_service.realtime.writer import FrameWriter
+from conversation_service.resilience.breaker import BreakerState, CircuitBreaker
+from conversation_service.resilience.breaker_metrics import BreakerCollector
+from conversation_service.resilience.health import AgentHealthMonitor
 from conversation_service.routing.router import MessageRouter
 from conversation_service.settings import ConversationSettings
-from conversation_service.tasks import TaskSupervisor
+from conversation_service.tasks import TaskSupervisor, every
 from shared.db import create_engine, create_sessionmaker
 from shared.http_metrics import install_http_metrics
 from shared.llm.base import LLMProvider
@@ -75,7 +75,7 @@ class AgentParts:
     health: AgentHealthMonitor
     delegation: AgentDelegation
     dispatcher: AgentReplyDispatcher
-    expiry: QuestionExpiryJob
+    expiry: QuestionExpiry
     answers: AnswerService
 
 
@@ -192,33 +192,32 @@ async def build_agent(
     settings: ConversationSettings, storage: Storage, realtime: Realtime, llm: LLMProvider,
     client: AgentServiceClient, replier: DirectLLMReplier, tasks: TaskSupervisor, metrics: ConversationMetrics,
 ) -> AsyncIterator[AgentParts]:
-    """The agent path; its background jobs stop when the block ends."""
+    """The agent path; its background jobs (question expiry, health checks) run while the block does."""
     config = settings.delegation
     sessionmaker, publisher = storage.sessionmaker, realtime.publisher
-    async with AsyncExitStack() as stack:
-        breaker = _breaker(settings, metrics)
-        history = HistoryExtractor(
-            settings.history, llm=llm, summary_cache=DatabaseSummaryCache(sessionmaker), registry=metrics.registry
-        )
-        processor = AgentEventProcessor(
-            sessionmaker, publisher, metrics.agent,
-            queue_size=config.agent_event_queue_size, ask_user_timeout_s=config.ask_user_timeout_s,
-        )
-        delegation = AgentDelegation(
-            sessionmaker=sessionmaker, client=client, breaker=breaker, history=history, processor=processor,
-            replier=replier, publisher=publisher, metrics=metrics.agent, settings=config, tasks=tasks,
-        )
-        dispatcher = AgentReplyDispatcher(
-            sessionmaker=sessionmaker, router=MessageRouter(_routing(settings), registry=metrics.registry),
-            breaker=breaker, delegation=delegation, replier=replier, tasks=tasks,
-        )
-        expiry = QuestionExpiryJob(delegation, interval_s=config.agent_cleanup_interval_s,
-                                   batch=config.agent_cleanup_batch)
-        expiry.start()
-        stack.push_async_callback(expiry.close)
-        health = AgentHealthMonitor(client, breaker, metrics.agent, cache_s=config.agent_health_cache_s)
-        health.start(max(config.agent_health_cache_s, 5.0))
-        stack.push_async_callback(health.close)
-        answers = AnswerService(sessionmaker, publisher, delegation, metrics.agent,
-                                max_chars=settings.max_message_chars)
+    breaker = _breaker(settings, metrics)
+    health = AgentHealthMonitor(client, breaker, metrics.agent, cache_s=config.agent_health_cache_s)
+    expiry = QuestionExpiry(sessionmaker, publisher, metrics.agent, batch=config.agent_cleanup_batch)
+    history = HistoryExtractor(
+        settings.history, llm=llm, summary_cache=DatabaseSummaryCache(sessionmaker), registry=metrics.registry
+    )
+    processor = AgentEventProcessor(
+        sessionmaker, publisher, metrics.agent,
+        queue_size=config.agent_event_queue_size, ask_user_timeout_s=config.ask_user_timeout_s,
+    )
+    delegation = AgentDelegation(
+        sessionmaker=sessionmaker, client=client, breaker=breaker, history=history, processor=processor,
+        replier=replier, publisher=publisher, metrics=metrics.agent, settings=config, tasks=tasks,
+    )
+    dispatcher = AgentReplyDispatcher(
+        sessionmaker=sessionmaker, router=MessageRouter(_routing(settings), registry=metrics.registry),
+        breaker=breaker, delegation=delegation, expiry=expiry, replier=replier, tasks=tasks,
+        chat_message_answers=config.ask_user_chat_message_is_answer,
+    )
+    answers = AnswerService(sessionmaker, publisher, expiry, delegation, metrics.agent,
+                            max_chars=settings.max_message_chars)
+    async with (
+        every(config.agent_cleanup_interval_s, expiry.expire_all_due, name="ask-user-expiry"),
+        every(max(config.agent_health_cache_s, 5.0), health.check, name="agent-health"),
+    ):
         yield AgentParts(breaker, health, delegation, dispatcher, expiry, answers)

@@ -1,4 +1,5 @@
-"""Background work owned by the app: reply tasks started by a POST that answered 202 already.
+"""Background work owned by the app: reply tasks started by a POST that answered 202 already
+(``TaskSupervisor``), and jobs repeated while the app runs (``every``).
 
 Tasks are tracked so shutdown can cancel and await them, and their failures are logged instead of
 vanishing with an unretrieved exception.
@@ -7,8 +8,9 @@ vanishing with an unretrieved exception.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Self
 
 log = logging.getLogger(__name__)
@@ -53,3 +55,26 @@ class TaskSupervisor:
         for task in tuple(self._tasks):
             task.cancel()
         await asyncio.gather(*tuple(self._tasks), return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def every(interval_s: float, job: Callable[[], Awaitable[object]], *, name: str) -> AsyncIterator[None]:
+    """Run ``job`` now and then every ``interval_s`` in a background task until the block ends (which
+    waits for a run under way). A failed run is logged; the next one comes on time."""
+    stop = asyncio.Event()
+
+    async def loop() -> None:
+        while not stop.is_set():
+            try:
+                await job()
+            except Exception:
+                log.exception("background job failed", extra={"task": name})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+
+    task = asyncio.create_task(loop(), name=name)
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.gather(task, return_exceptions=True)

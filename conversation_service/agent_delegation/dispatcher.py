@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from conversation_service.agent_delegation.breaker import CircuitBreaker
-from conversation_service.agent_delegation.repository import InteractionRepository
 from conversation_service.agent_delegation.service import AgentDelegation, TurnRequest
-from conversation_service.agent_delegation.turns import ClaimReadAhead
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.db.models import AgentSessionStatus, Conversation, Message
 from conversation_service.db.repository import unit_of_work
 from conversation_service.direct_llm.replier import DirectLLMReplier
+from conversation_service.interactions.expiry import QuestionExpiry
+from conversation_service.interactions.repository import InteractionRepository
+from conversation_service.resilience.breaker import CircuitBreaker
 from conversation_service.routing.router import MessageRouter
 from conversation_service.routing.schemas import RouteDecision, RouteReason, RouteTarget
 from conversation_service.tasks import TaskSupervisor
@@ -36,21 +36,24 @@ class AgentReplyDispatcher:
         router: MessageRouter,
         breaker: CircuitBreaker,
         delegation: AgentDelegation,
+        expiry: QuestionExpiry,
         replier: DirectLLMReplier,
         tasks: TaskSupervisor,
+        chat_message_answers: bool,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._router = router
         self._breaker = breaker
         self._delegation = delegation
+        self._expiry = expiry
         self._replier = replier
         self._tasks = tasks
+        # ASK_USER_CHAT_MESSAGE_IS_ANSWER: a chat message sent while a question is pending answers it.
+        self._chat_message_answers = chat_message_answers
 
     async def dispatch(self, conversation: Conversation, user_message: Message) -> RouteDecision:
-        turns = self._delegation.turns.get(conversation.id)
-        registered_before, idle = turns.registered, turns.idle
+        prepared = self._delegation.prepare(conversation.id)
         decision: RouteDecision | None = None
-        read_ahead: ClaimReadAhead | None = None
         async with unit_of_work(self._sessionmaker) as session:
             open_row = await AgentSessionRepository(session).get_open_for_conversation(conversation.id)
             pending = None
@@ -58,24 +61,21 @@ class AgentReplyDispatcher:
                 pending = await InteractionRepository(session).pending_for_conversation(conversation.id)
             elif open_row is not None:
                 decision = self._route(conversation, user_message, has_active_session=True)
-                if decision.target is RouteTarget.AGENT and idle:
-                    # The turn would claim this session and read this history in a transaction of
-                    # its own; read it here, in this one (see ``turns``).
-                    history = await self._delegation.read_history(session, user_message)
-                    read_ahead = ClaimReadAhead(open_row, history, turns, registered_before)
+                if decision.target is RouteTarget.AGENT:
+                    await self._delegation.read_ahead(prepared, session, open_row, user_message)
 
-        if pending is not None and self._delegation.settings.ask_user_chat_message_is_answer:
+        if pending is not None and self._chat_message_answers:
             if pending.expires_at > utcnow():
                 async with unit_of_work(self._sessionmaker) as session:
                     claimed = await InteractionRepository(session).mark_answered(pending.question_id, user_message.id)
                 if claimed:
                     answer = Answer(question_id=pending.question_id, text=user_message.content)
-                    self._delegation.start(conversation, user_message, TurnRequest(
-                        text=user_message.content, answer=answer, route_reason=RouteReason.PENDING_QUESTION.value))
+                    self._delegation.resume(conversation, user_message, answer,
+                                            reason=RouteReason.PENDING_QUESTION.value)
                     return RouteDecision(target=RouteTarget.AGENT, reason=RouteReason.PENDING_QUESTION,
                                          message=user_message.content)
             else:
-                await self._delegation.expire_question(pending)
+                await self._expiry.expire(pending)
                 open_row = None  # the session was abandoned: this message starts a fresh one
 
         if decision is None:
@@ -83,7 +83,7 @@ class AgentReplyDispatcher:
         if decision.target is RouteTarget.AGENT:
             self._delegation.start(
                 conversation, user_message, TurnRequest(text=decision.message, route_reason=decision.reason.value),
-                read_ahead,
+                prepared,
             )
             return decision
         notice = ("agent_unavailable", decision.notice) if decision.notice else None

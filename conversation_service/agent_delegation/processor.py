@@ -39,7 +39,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from conversation_service.agent_client import AgentServiceError
-from conversation_service.agent_delegation.repository import InteractionRepository
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.conversations.repository import ConversationRepository
 from conversation_service.db.models import (
@@ -49,6 +48,7 @@ from conversation_service.db.models import (
     PendingInteraction,
 )
 from conversation_service.db.repository import unit_of_work
+from conversation_service.interactions.repository import InteractionRepository
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.metrics import AgentMetrics, agent_events_received
 from conversation_service.realtime.frames import FrameType

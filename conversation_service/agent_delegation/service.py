@@ -20,7 +20,6 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -33,27 +32,25 @@ from conversation_service.agent_client import (
     AgentTimeoutError,
     AgentUnavailableError,
 )
-from conversation_service.agent_delegation.breaker import CircuitBreaker, CircuitOpenError
 from conversation_service.agent_delegation.processor import (
     AgentEventProcessor,
     AgentTurn,
     TurnOutcome,
     TurnOutcomeKind,
 )
-from conversation_service.agent_delegation.repository import DeadLetterRepository, InteractionRepository
+from conversation_service.agent_delegation.repository import DeadLetterRepository
 from conversation_service.agent_delegation.settings import DelegationSettings
-from conversation_service.agent_delegation.turns import ClaimReadAhead, ConversationTurns, TurnRegistry
+from conversation_service.agent_delegation.turns import ConversationTurns, PreparedTurn, TurnRegistry
 from conversation_service.agent_sessions.errors import AgentSessionConflict
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.agent_sessions.service import AgentSessionService
-from conversation_service.conversations.repository import ConversationRepository
 from conversation_service.db.models import (
     AgentSessionStatus,
     Conversation,
+    ConversationAgentSession,
     Message,
     MessageRole,
     MessageStatus,
-    PendingInteraction,
     new_id,
     utcnow,
 )
@@ -66,6 +63,7 @@ from conversation_service.messages.schemas import message_frame_data
 from conversation_service.metrics import AgentMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
+from conversation_service.resilience.breaker import CircuitBreaker, CircuitOpenError
 from conversation_service.routing.schemas import FALLBACK_NOTICE
 from conversation_service.tasks import TaskSupervisor
 from shared.logging import conversation_id_var, session_id_var
@@ -76,9 +74,12 @@ log = logging.getLogger(__name__)
 # Errors that say the Agent Service itself is unhealthy: they count against the breaker and the
 # message falls back to the direct LLM. Anything else is about this request.
 UNHEALTHY_ERRORS = (AgentUnavailableError, AgentServerError, AgentConnectError, AgentTimeoutError)
-QUESTION_EXPIRED_NOTICE = "Agent question expired, starting fresh conversation"
 # How many times a session claim is retried when another replica's claim is not visible yet.
 CLAIM_ATTEMPTS = 3
+
+
+# The conversation's open agent session and the history rows before the message.
+Claim = tuple[ConversationAgentSession, list[Message]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,48 +114,56 @@ class AgentDelegation:
         self._replier = replier
         self._publisher = publisher
         self._metrics = metrics
-        self.settings = settings
+        self._settings = settings
         self._tasks = tasks
-        self.turns = TurnRegistry()
+        self._turns = TurnRegistry()
+
+    def prepare(self, conversation_id: str) -> PreparedTurn:
+        """Call before the routing read of a message that may go to the agent (see ``turns``)."""
+        turns = self._turns.get(conversation_id)
+        return PreparedTurn(turns, turns.registered, turns.idle)
+
+    async def read_ahead(
+        self, prepared: PreparedTurn, session: AsyncSession, row: ConversationAgentSession, user_message: Message
+    ) -> None:
+        """In the routing transaction, which found ``row`` open and ACTIVE: read the history the
+        turn would otherwise read in a claim transaction of its own (only while no turn is in flight)."""
+        if prepared.idle:
+            prepared.claim = row, await self._read_history(session, user_message)
 
     def start(
         self, conversation: Conversation, user_message: Message, request: TurnRequest,
-        read_ahead: ClaimReadAhead | None = None,
+        prepared: PreparedTurn | None = None,
     ) -> None:
-        """Start the turn in the background; it is counted as started before its task runs, so a
-        claim read ahead of it can tell (``turns``)."""
-        turns = self.turns.get(conversation.id)
-        turns.registered += 1
-        turns.in_flight += 1
-        if read_ahead is not None and not (read_ahead.turns is turns and read_ahead.still_valid()):
-            read_ahead = None  # another turn started meanwhile: this one claims as usual
+        """Start the turn in the background; it counts as started before its task runs, so a claim
+        read ahead of it can tell."""
+        turns = self._turns.get(conversation.id)
+        turns.begin()
+        claim = prepared.claim if prepared is not None and prepared.turns is turns and prepared.still_valid() else None
         try:
-            self._tasks.spawn(
-                self.run_turn(conversation, user_message, request, turns, read_ahead),
-                name=f"agent-turn:{user_message.id}",
-            )
+            self._tasks.spawn(self._run(conversation, user_message, request, turns, claim),
+                              name=f"agent-turn:{user_message.id}")
         except BaseException:
-            turns.in_flight -= 1
+            turns.end()
             raise
 
-    async def read_history(self, session: AsyncSession, user_message: Message) -> list[Message]:
+    def resume(self, conversation: Conversation, message: Message, answer: Answer, *, reason: str) -> None:
+        """``interactions.service.AgentResumer``: the turn that hands the user's answer to the agent."""
+        self.start(conversation, message, TurnRequest(text=answer.text, answer=answer, route_reason=reason))
+
+    async def _read_history(self, session: AsyncSession, user_message: Message) -> list[Message]:
         """The finished messages before ``user_message`` that a turn's history is windowed from."""
         return await MessageRepository(session).complete_before(user_message, self._history.settings.max_input_messages)
 
-    async def run_turn(
-        self,
-        conversation: Conversation,
-        user_message: Message,
-        request: TurnRequest,
-        turns: ConversationTurns,
-        read_ahead: ClaimReadAhead | None = None,
+    async def _run(
+        self, conversation: Conversation, user_message: Message, request: TurnRequest, turns: ConversationTurns,
+        claim: Claim | None,
     ) -> None:
-        """Background task of one delegated message (started with ``start``); returns when the
-        reply has ended."""
+        """One delegated message, in its own task; returns when the reply has ended."""
         token = conversation_id_var.set(conversation.id)
         try:
             async with turns.lock:
-                await self._run_turn(conversation, user_message, request, read_ahead)
+                await self._run_turn(conversation, user_message, request, claim)
         except Exception:
             # Last line of defence: the user must learn that this message got no answer.
             log.exception("agent turn failed", extra={"message_id": user_message.id})
@@ -165,18 +174,14 @@ class AgentDelegation:
                 boundary=True,
             )
         finally:
-            turns.in_flight -= 1
+            turns.end()
             conversation_id_var.reset(token)
 
     async def _run_turn(
-        self, conversation: Conversation, user_message: Message, request: TurnRequest,
-        read_ahead: ClaimReadAhead | None,
+        self, conversation: Conversation, user_message: Message, request: TurnRequest, claim: Claim | None
     ) -> None:
         started = time.perf_counter()
-        if read_ahead is not None:
-            claimed = read_ahead.row, read_ahead.history
-        else:
-            claimed = await self._claim_session(conversation.id, user_message)
+        claimed = claim if claim is not None else await self._claim_session(conversation.id, user_message)
         if claimed is None:
             await self._publisher.emit(
                 conversation.id, FrameType.NOTICE,
@@ -239,16 +244,16 @@ class AgentDelegation:
         self._count_retries(stream)
         await self._settle(conversation, user_message, turn, outcome, execute, stream.retries + 1, is_probe)
 
-    async def _claim_session(self, conversation_id: str, user_message: Message):
+    async def _claim_session(self, conversation_id: str, user_message: Message) -> Claim | None:
         """The conversation's open agent session (created if none) and the history rows before
         ``user_message``, in one transaction: one round trip to the database, not two."""
         for attempt in range(CLAIM_ATTEMPTS):
             try:
                 async with unit_of_work(self._sessionmaker) as session:
                     row, _created = await AgentSessionService(session).get_or_create_open(
-                        conversation_id, profile_name=self.settings.agent_profile_name
+                        conversation_id, profile_name=self._settings.agent_profile_name
                     )
-                    return row, await self.read_history(session, user_message)
+                    return row, await self._read_history(session, user_message)
             except AgentSessionConflict:
                 # Another replica's claim is not committed yet; its commit is a few ms away.
                 await asyncio.sleep(0.05 * (attempt + 1))
@@ -412,53 +417,6 @@ class AgentDelegation:
             self._metrics.retries["retry"].inc(stream.retries)
         if stream.reconnects:
             self._metrics.retries["reconnect"].inc(stream.reconnects)
-
-    # -- ASK_USER -------------------------------------------------------------------------------
-
-    async def expire_question(self, question: PendingInteraction, *, notify: bool = True) -> bool:
-        """PENDING -> EXPIRED, session ABANDONED, and the user is told. False if already handled."""
-        async with unit_of_work(self._sessionmaker) as session:
-            if not await InteractionRepository(session).mark_expired(question.question_id):
-                return False
-            await AgentSessionRepository(session).update_status(
-                question.agent_session_row_id, AgentSessionStatus.ABANDONED,
-                expected=[AgentSessionStatus.AWAITING_USER, AgentSessionStatus.ACTIVE],
-            )
-            await ConversationRepository(session).set_agent_status(question.conversation_id, None)
-        self._metrics.questions["expired"].inc()
-        if notify:
-            await self._publisher.emit(
-                question.conversation_id, FrameType.NOTICE,
-                {"code": "agent_question_expired", "text": QUESTION_EXPIRED_NOTICE,
-                 "question_id": question.question_id},
-                boundary=True,
-            )
-        return True
-
-    async def expire_due(self, now: datetime, limit: int) -> list[str]:
-        """One pass of the cleanup job: expire due questions, each handled by exactly one worker.
-
-        Returns the ids of the questions this call expired."""
-        async with unit_of_work(self._sessionmaker) as session:
-            claimed = await InteractionRepository(session).claim_expired(now, limit)
-            handled: list[PendingInteraction] = []
-            for question in claimed:
-                if await InteractionRepository(session).mark_expired(question.question_id):
-                    await AgentSessionRepository(session).update_status(
-                        question.agent_session_row_id, AgentSessionStatus.ABANDONED,
-                        expected=[AgentSessionStatus.AWAITING_USER, AgentSessionStatus.ACTIVE],
-                    )
-                    await ConversationRepository(session).set_agent_status(question.conversation_id, None)
-                    handled.append(question)
-        for question in handled:
-            self._metrics.questions["expired"].inc()
-            await self._publisher.emit(
-                question.conversation_id, FrameType.NOTICE,
-                {"code": "agent_question_expired", "text": QUESTION_EXPIRED_NOTICE,
-                 "question_id": question.question_id},
-                boundary=True,
-            )
-        return [question.question_id for question in handled]
 
 
 async def _settle_opening(opened: asyncio.Task) -> None:

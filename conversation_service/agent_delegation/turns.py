@@ -30,6 +30,13 @@ class ConversationTurns:
     def idle(self) -> bool:
         return self.in_flight == 0
 
+    def begin(self) -> None:
+        self.registered += 1
+        self.in_flight += 1
+
+    def end(self) -> None:
+        self.in_flight -= 1
+
 
 class TurnRegistry:
     """The ``ConversationTurns`` of the conversations that have a turn (or a read) under way; an
@@ -45,17 +52,18 @@ class TurnRegistry:
         return turns
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimReadAhead:
-    """The open ACTIVE session and the history before the message, read while the conversation
-    had no turn in flight; ``registered_before`` is ``turns.registered`` when the read began."""
+@dataclass(slots=True)
+class PreparedTurn:
+    """A message being routed, as its conversation's turns stood when the routing read began;
+    ``claim`` is the open ACTIVE session and the history before the message, when that read took
+    them too (only while no turn was in flight)."""
 
-    row: ConversationAgentSession
-    history: list[Message]
     turns: ConversationTurns
     registered_before: int
+    idle: bool
+    claim: tuple[ConversationAgentSession, list[Message]] | None = None
 
     def still_valid(self) -> bool:
         """True when the only turn started since the read is the one about to use it (call right
-        after registering that turn)."""
+        after starting that turn)."""
         return self.turns.registered == self.registered_before + 1

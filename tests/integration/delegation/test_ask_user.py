@@ -16,7 +16,7 @@ from sqlalchemy import select
 from agent_service.tools.ask_user import AskUserTool
 from agent_service.tools.calculator import CalculatorTool
 from agent_service.tools.current_time import CurrentTimeTool
-from conversation_service.agent_delegation.cleanup import QuestionExpiryJob
+from conversation_service.interactions.expiry import QuestionExpiry
 from conversation_service.conversations.repository import ConversationRepository
 from conversation_service.db.models import (
     AgentSessionStatus,
@@ -178,8 +178,9 @@ async def test_three_cleanup_workers_handle_each_expired_question_once(database_
                         agent_session_id=f"agent-{i}", kind="question", question="Where to?",
                         asked_at=past - timedelta(minutes=5), expires_at=past,
                     ))
-            workers = [QuestionExpiryJob(state.agent.delegation, interval_s=3600, batch=7) for _ in range(3)]
-            handled = await asyncio.gather(*(w.run_once() for w in workers))
+            workers = [QuestionExpiry(state.storage.sessionmaker, state.realtime.publisher, state.metrics.agent, batch=7)
+                       for _ in range(3)]
+            handled = await asyncio.gather(*(w.expire_all_due() for w in workers))
             async with unit_of_work(state.storage.sessionmaker) as session:
                 statuses = (await session.scalars(select(PendingInteraction.status))).all()
                 rows = (await session.scalars(select(ConversationAgentSession.status))).all()

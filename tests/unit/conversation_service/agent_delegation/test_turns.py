@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gc
 
-from conversation_service.agent_delegation.turns import ClaimReadAhead, TurnRegistry
+from conversation_service.agent_delegation.turns import PreparedTurn, TurnRegistry
 
 
-def _read_ahead(turns) -> ClaimReadAhead:
-    return ClaimReadAhead(row=None, history=[], turns=turns, registered_before=turns.registered)  # type: ignore[arg-type]
+def _read_ahead(turns) -> PreparedTurn:
+    return PreparedTurn(turns=turns, registered_before=turns.registered, idle=turns.idle, claim=(None, []))  # type: ignore[arg-type]
 
 
 def test_a_read_holds_when_only_its_own_turn_started_since() -> None:

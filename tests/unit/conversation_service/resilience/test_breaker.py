@@ -1,6 +1,6 @@
 import pytest
 
-from conversation_service.agent_delegation.breaker import BreakerState, CircuitBreaker, CircuitOpenError
+from conversation_service.resilience.breaker import BreakerState, CircuitBreaker, CircuitOpenError
 
 
 class FakeClock:

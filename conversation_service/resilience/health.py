@@ -1,18 +1,17 @@
 """The Agent Service's health as the ConversationService sees it, for ``GET /health``.
 
 Cached for a few seconds so a load balancer polling our /health does not turn into a stream of
-calls to the Agent Service.
+calls to the Agent Service. The lifespan also checks it periodically, so
+``conversation_agent_service_up`` is current even when nobody polls /health.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 
 from conversation_service.agent_client import AgentServiceClient, AgentServiceError
-from conversation_service.agent_delegation.breaker import CircuitBreaker
 from conversation_service.metrics import AgentMetrics
+from conversation_service.resilience.breaker import CircuitBreaker
 
 
 class AgentHealthMonitor:
@@ -24,24 +23,6 @@ class AgentHealthMonitor:
         self._cache_s = cache_s
         self._checked_at = float("-inf")
         self._last: str = "unknown"
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task | None = None
-
-    def start(self, interval_s: float) -> None:
-        """Check in the background too, so ``conversation_agent_service_up`` is current even when
-        nobody polls /health."""
-        self._task = asyncio.create_task(self._loop(interval_s), name="agent-health")
-
-    async def _loop(self, interval_s: float) -> None:
-        while not self._stop.is_set():
-            await self.check()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=interval_s)
-
-    async def close(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
 
     async def check(self) -> dict:
         now = time.monotonic()

@@ -1,19 +1,19 @@
-"""REST of agent delegation: answer the agent's question; look at the conversation's agent session."""
+"""Answer the agent's question; look at the conversation's agent session and its pending question."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from conversation_service.agent_delegation.repository import InteractionRepository
-from conversation_service.agent_delegation.schemas import (
+from conversation_service.agent_sessions.repository import AgentSessionRepository
+from conversation_service.db.models import InteractionStatus
+from conversation_service.deps import AnswerServiceDep, CurrentUser, OwnedConversation, SessionDep
+from conversation_service.interactions.repository import InteractionRepository
+from conversation_service.interactions.schemas import (
     AgentAnswerAccepted,
     AgentAnswerIn,
     AgentSessionOut,
     PendingQuestionOut,
 )
-from conversation_service.agent_sessions.repository import AgentSessionRepository
-from conversation_service.db.models import InteractionStatus
-from conversation_service.deps import AnswerServiceDep, CurrentUser, OwnedConversation, SessionDep
 from shared.protocol import ErrorBody
 
 router = APIRouter(prefix="/conversations", tags=["agent"])

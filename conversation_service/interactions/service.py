@@ -1,18 +1,27 @@
-"""``POST /conversations/{id}/agent-answer``: validate the answer, store it, resume the agent."""
+"""Answering the agent's pending question (``POST /conversations/{id}/agent-answer``): validate the
+answer, store it as the user's message, resume the agent with it."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from conversation_service.agent_delegation.repository import InteractionRepository
-from conversation_service.agent_delegation.schemas import AgentAnswerAccepted, AgentAnswerIn
-from conversation_service.agent_delegation.service import AgentDelegation, TurnRequest
 from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.conversations.repository import ConversationRepository
 from conversation_service.conversations.service import get_owned_conversation
-from conversation_service.db.models import InteractionKind, InteractionStatus, MessageRole
+from conversation_service.db.models import (
+    Conversation,
+    InteractionKind,
+    InteractionStatus,
+    Message,
+    MessageRole,
+)
 from conversation_service.db.repository import unit_of_work
 from conversation_service.errors import Conflict, Gone, PayloadTooLarge
+from conversation_service.interactions.expiry import QuestionExpiry
+from conversation_service.interactions.repository import InteractionRepository
+from conversation_service.interactions.schemas import AgentAnswerAccepted, AgentAnswerIn
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import message_frame_data
 from conversation_service.metrics import AgentMetrics
@@ -21,14 +30,21 @@ from conversation_service.realtime.publisher import FramePublisher
 from shared.protocol import Answer, utcnow
 
 
+class AgentResumer(Protocol):
+    def resume(self, conversation: Conversation, message: Message, answer: Answer, *, reason: str) -> None:
+        """Start, in the background, the agent turn that hands ``answer`` (stored as ``message``)
+        to the agent."""
+
+
 class AnswerService:
     def __init__(
-        self, sessionmaker: async_sessionmaker, publisher: FramePublisher, delegation: AgentDelegation,
-        metrics: AgentMetrics, *, max_chars: int,
+        self, sessionmaker: async_sessionmaker, publisher: FramePublisher, expiry: QuestionExpiry,
+        agent: AgentResumer, metrics: AgentMetrics, *, max_chars: int,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._publisher = publisher
-        self._delegation = delegation
+        self._expiry = expiry
+        self._agent = agent
         self._metrics = metrics
         self._max_chars = max_chars
 
@@ -46,7 +62,7 @@ class AnswerService:
                 raise Conflict({"message": "this question was answered already", "question_id": question.question_id})
             expired = question.status == InteractionStatus.EXPIRED.value or question.expires_at <= utcnow()
         if expired:
-            await self._delegation.expire_question(question)
+            await self._expiry.expire(question)
             raise Gone({"message": "the question expired before it was answered; send a new message to start again",
                         "question_id": question.question_id, "expired_at": question.expires_at.isoformat()})
 
@@ -65,7 +81,7 @@ class AnswerService:
         await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
         self._metrics.questions["answered"].inc()
         answer = Answer(question_id=question.question_id, text=text, approved=body.approved)
-        self._delegation.start(conversation, message, TurnRequest(text=text, answer=answer, route_reason="agent_answer"))
+        self._agent.resume(conversation, message, answer, reason="agent_answer")
         return AgentAnswerAccepted(
             message_id=message.id, conversation_id=conversation.id, question_id=question.question_id
         )
