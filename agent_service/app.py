@@ -60,7 +60,7 @@ async def build_tools(
     fails when a profile names a tool there is not."""
     if tools is None:
         await index_knowledge(sessionmaker, settings.knowledge_dir)
-        tools = build_registry(sessionmaker, settings.knowledge_dir)
+        tools = build_registry(sessionmaker)
     profiles.check_tools(lambda name: find_tool(tools, name) is not None)
     return tools
 
@@ -129,11 +129,7 @@ async def build_agent(
             settings=settings, sessionmaker=sessionmaker, profiles=profiles, manager=manager, event_log=event_log,
         ),
         session_service=SessionService(
-            sessionmaker=sessionmaker, manager=manager, event_log=event_log,
-            # The owner acts on a cancel at its next renewal; wait that long plus time to end the
-            # run (at least a second, so a busy database does not turn it into a 202).
-            remote_cancel_wait_seconds=settings.lease_renew_seconds + max(settings.lease_renew_seconds, 1.0),
-            poll_seconds=settings.replay_poll_seconds,
+            settings=settings, sessionmaker=sessionmaker, manager=manager, event_log=event_log,
         ),
         streamer=EventStreamer(
             event_log, sessionmaker,

@@ -58,8 +58,6 @@ from shared.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, count_messages_t
 
 log = logging.getLogger(__name__)
 
-# The tool the engine intercepts: calling it pauses the run and asks the user (ASK_USER).
-ASK_USER_TOOL = ASK_USER_TOOL_NAME
 REFUSED_RESULT = {"error": "The user refused this tool call. Do not retry it; continue without it."}
 
 
@@ -210,7 +208,7 @@ class ReActEngine:
         """Execute the pending tool calls in order; stop at one that needs the user."""
         while state.pending_calls:
             call = state.pending_calls[0]
-            if call.name == ASK_USER_TOOL and call.name in ctx.profile.tools:
+            if call.name == ASK_USER_TOOL_NAME and call.name in ctx.profile.tools:
                 try:
                     question = validate_question(call.arguments)
                 except ToolError as exc:

@@ -98,9 +98,6 @@ class RunRepository:
     def add(self, run: AgentRun) -> None:
         self.db.add(run)
 
-    async def get(self, run_id: str) -> AgentRun | None:
-        return await self.db.get(AgentRun, run_id)
-
     async def get_by_idempotency_key(self, key: str) -> AgentRun | None:
         result = await self.db.execute(select(AgentRun).where(AgentRun.idempotency_key == key))
         return result.scalar_one_or_none()
@@ -182,10 +179,6 @@ class RunRepository:
             .execution_options(synchronize_session=False)
         )
         return result.rowcount == 1
-
-    async def count_for_session(self, session_id: str) -> int:
-        result = await self.db.execute(select(func.count()).select_from(AgentRun).where(AgentRun.session_id == session_id))
-        return int(result.scalar_one())
 
 
 class EventRepository:

@@ -18,6 +18,7 @@ from agent_service.runs.endings import CANCELLED, end_with_error
 from agent_service.runs.event_log import EventLog
 from agent_service.runs.manager import RunManager
 from agent_service.runs.repository import RunRepository, SessionRepository
+from agent_service.settings import AgentServiceSettings
 from shared.protocol import ErrorCode, PendingQuestion, SessionStatus, SessionStatusResponse, utcnow
 
 
@@ -30,14 +31,16 @@ class CancelResult:
 
 class SessionService:
     def __init__(
-        self, *, sessionmaker: async_sessionmaker, manager: RunManager, event_log: EventLog,
-        remote_cancel_wait_seconds: float = 10.0, poll_seconds: float = 0.5,
+        self, *, settings: AgentServiceSettings, sessionmaker: async_sessionmaker, manager: RunManager,
+        event_log: EventLog,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._manager = manager
         self._log = event_log
-        self._remote_cancel_wait = remote_cancel_wait_seconds
-        self._poll = poll_seconds
+        # The owner acts on a cancel at its next renewal; wait that long plus time to end the run
+        # (at least a second, so a busy database does not turn it into a 202).
+        self._remote_cancel_wait = settings.lease_renew_seconds + max(settings.lease_renew_seconds, 1.0)
+        self._poll = settings.replay_poll_seconds
 
     async def status(self, session_id: str) -> SessionStatusResponse:
         async with self._sessionmaker() as db:

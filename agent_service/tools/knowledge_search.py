@@ -1,19 +1,16 @@
 """``knowledge_search``: ranked full-text search over the knowledge base.
 
-The documents are loaded from folders by ``knowledge.indexer`` (the project's own docs by default);
-this tool only queries them through ``knowledge.repository``.
+The documents are loaded from folders by ``knowledge.indexer`` at start-up (the project's own docs by
+default); this tool only queries them through ``knowledge.repository``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.tools.base import Tool, ToolContext, ToolError
-from agent_service.tools.knowledge.indexer import IndexReport, KnowledgeIndexer, knowledge_sources
 from agent_service.tools.knowledge.repository import KnowledgeRepository, query_terms
 
 MAX_QUERY_CHARS = 500
@@ -37,21 +34,11 @@ class KnowledgeSearchTool(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(
-        self,
-        sessionmaker: async_sessionmaker,
-        sources: Path | str | Sequence[Path | str] | None = None,
-        top_k: int = 5,
-    ) -> None:
+    def __init__(self, sessionmaker: async_sessionmaker, top_k: int = 5) -> None:
         if not 1 <= top_k <= MAX_TOP_K:
             raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}")
         self.sessionmaker = sessionmaker
         self.top_k = top_k
-        self.indexer = KnowledgeIndexer(sessionmaker, knowledge_sources(sources))
-
-    async def reindex(self) -> IndexReport:
-        """(Re)load the sources into the database; called once at service start-up."""
-        return await self.indexer.reindex()
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         query = args.get("query")

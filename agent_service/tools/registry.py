@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -51,17 +50,6 @@ class ToolRegistry:
         return [self.get(name).spec() for name in (self.names() if names is None else names)]
 
 
-def build_registry(
-    sessionmaker: async_sessionmaker, knowledge_dir: Path | str | Sequence[Path | str] | None = None
-) -> ToolRegistry:
-    """Every built-in tool. ``knowledge_dir`` (a folder, several paths, or None for the project's
-    docs and README) is what ``knowledge_search``'s indexer loads: at start-up call
-    ``await registry.get("knowledge_search").reindex()``."""
-    return ToolRegistry(
-        [
-            CalculatorTool(),
-            KnowledgeSearchTool(sessionmaker, knowledge_dir),
-            CurrentTimeTool(),
-            AskUserTool(),
-        ]
-    )
+def build_registry(sessionmaker: async_sessionmaker) -> ToolRegistry:
+    """Every built-in tool (``knowledge_search`` answers from what ``knowledge.indexer`` loaded)."""
+    return ToolRegistry([CalculatorTool(), KnowledgeSearchTool(sessionmaker), CurrentTimeTool(), AskUserTool()])

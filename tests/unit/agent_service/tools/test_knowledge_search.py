@@ -173,10 +173,9 @@ def test_query_terms() -> None:
 
 async def test_default_sources_are_the_project_docs(sessionmaker) -> None:
     assert [p.name for p in DEFAULT_KNOWLEDGE_SOURCES] == ["docs", "README.md"]
-    tool = KnowledgeSearchTool(sessionmaker)
-    report = await tool.reindex()
+    report = await index_knowledge(sessionmaker)
     assert report.added >= 1
     async with sessionmaker() as session:
         assert "README.md" in await KnowledgeRepository(session).hashes_by_path()
-    result = await tool.run({"query": "TaskForce bridge"}, CTX)
+    result = await KnowledgeSearchTool(sessionmaker).run({"query": "TaskForce bridge"}, CTX)
     assert "README.md" in [h["path"] for h in result["results"]]

@@ -22,7 +22,7 @@ async def sessionmaker():
 
 
 async def test_build_registry_has_every_tool(sessionmaker) -> None:
-    registry = build_registry(sessionmaker, None)
+    registry = build_registry(sessionmaker)
     assert registry.names() == ["calculator", "knowledge_search", "current_time", "ask_user"]
     assert len(registry) == 4 and "calculator" in registry and "shell" not in registry
     assert isinstance(registry.get("calculator"), CalculatorTool)
