@@ -161,7 +161,7 @@ async def build_realtime(
         stack.push_async_callback(seq.close)
         await hub.start()
         stack.push_async_callback(hub.close)
-        await writer.start()
+        writer.start()
         stack.push_async_callback(writer.close)
         yield Realtime(hub, seq, writer, FramePublisher(seq, writer, hub, metrics.frames))
 

@@ -160,7 +160,7 @@ async def _make_bed(database_url: str, *, flush_interval: float,
 
     hub = InProcessHub()
     await hub.start()
-    await writer.start()
+    writer.start()
     seq = InProcessSeqAllocator(floor)
     publisher = FramePublisher(seq, writer, hub, metrics.frames)
     async with unit_of_work(sessionmaker) as session:
