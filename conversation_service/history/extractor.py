@@ -157,116 +157,92 @@ class HistoryExtractor:
 
     async def _compress(self, conversation_id: str, items: list[HistoryItem], skipped: int) -> HistoryResult:
         s = self.settings
-        budget = s.token_budget
-        index_of = {item.id: i for i, item in enumerate(items)}
         cached = await self._cache_get(conversation_id)
+        index_of = {item.id: i for i, item in enumerate(items)}
         covered = index_of.get(cached.last_covered_message_id) if cached is not None else None
-
-        # Between refreshes, messages past the cached summary stay verbatim while they still fit.
         if cached is not None and covered is not None and s.summary_refresh_step > 0:
-            tail = items[covered + 1 :]
-            if 0 < len(tail) <= s.summary_window + s.summary_refresh_step:
-                summary_cost = await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + cached.summary)
-                window = await fit_newest(
-                    tail, self._counter, budget - summary_cost, len(tail), truncate_newest=False
-                )
-                if len(window.items) == len(tail):
-                    return self._result(
-                        HistoryStrategyName.SUMMARY,
-                        items,
-                        window,
-                        skipped,
-                        summary=cached.summary,
-                        summary_tokens=summary_cost,
-                        summarized=min(cached.covered_message_count, covered + 1),
-                    )
+            kept = await self._between_refreshes(items, skipped, cached, covered)
+            if kept is not None:
+                return kept
 
         # The verbatim window leaves room for the largest summary we accept.
         reserve = self._counter.count_text(Role.SYSTEM, SUMMARY_PREFIX) + s.summary_max_tokens
-        window = await fit_newest(items, self._counter, budget - reserve, s.summary_window)
+        window = await fit_newest(items, self._counter, s.token_budget - reserve, s.summary_window)
         older = items[: len(items) - len(window.items)]
         if not older:
             return self._result(HistoryStrategyName.SUMMARY, items, window, skipped)
+        if cached is None or covered is None or covered >= len(older):
+            return await self._refresh(conversation_id, items, window, skipped, older, None)
+        if covered == len(older) - 1:  # the cached summary covers exactly what left the window
+            summarized = min(cached.covered_message_count, len(older))
+            return await self._finish_with(items, window, skipped, cached.summary, summarized, refreshed=False)
+        return await self._refresh(conversation_id, items, window, skipped, older, (cached, covered))
 
-        previous: str | None = None
-        previous_count = 0
-        pending = older
-        if cached is not None and covered is not None and covered < len(older):
-            if covered == len(older) - 1:
-                return await self._finish_with(
-                    items,
-                    window,
-                    skipped,
-                    cached.summary,
-                    min(cached.covered_message_count, len(older)),
-                    refreshed=False,
-                )
-            previous, previous_count = cached.summary, cached.covered_message_count
-            pending = older[covered + 1 :]
+    async def _between_refreshes(
+        self, items: list[HistoryItem], skipped: int, cached: CachedSummary, covered: int
+    ) -> HistoryResult | None:
+        """The cached summary and every message after it verbatim, while they still fit: between
+        refreshes, messages past the summary pile up to ``summary_refresh_step`` beyond the window."""
+        tail = items[covered + 1 :]
+        if not 0 < len(tail) <= self.settings.summary_window + self.settings.summary_refresh_step:
+            return None
+        summary_cost = await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + cached.summary)
+        window = await fit_newest(
+            tail, self._counter, self.settings.token_budget - summary_cost, len(tail), truncate_newest=False
+        )
+        if len(window.items) != len(tail):
+            return None
+        return self._result(
+            HistoryStrategyName.SUMMARY, items, window, skipped, summary=cached.summary, summary_tokens=summary_cost,
+            summarized=min(cached.covered_message_count, covered + 1),
+        )
 
-        counts = await self._counter.counts(pending)
-        chunks = plan_chunks(pending, counts, s.summary_chunk_tokens)
-        omitted = 0
-        if len(chunks) > s.summary_max_calls:
-            # Too long a backlog for one turn: summarise its newest part, leave the oldest out.
-            dropped_chunks = chunks[: len(chunks) - s.summary_max_calls]
-            omitted = sum(len(c) for c in dropped_chunks)
-            chunks = chunks[len(chunks) - s.summary_max_calls :]
+    async def _refresh(
+        self, conversation_id: str, items: list[HistoryItem], window: Window, skipped: int,
+        older: list[HistoryItem], cached: tuple[CachedSummary, int] | None,
+    ) -> HistoryResult:
+        """Summarise what left the window: all of ``older``, or only what the cached summary (up to
+        its covered index) does not cover yet, folded into it."""
+        s = self.settings
+        previous, previous_count, pending = None, 0, older
+        if cached is not None:
+            previous, previous_count, pending = cached[0].summary, cached[0].covered_message_count, older[cached[1] + 1 :]
+        chunks = plan_chunks(pending, await self._counter.counts(pending), s.summary_chunk_tokens)
+        # Too long a backlog for one turn: summarise its newest part, leave the oldest out.
+        omitted = sum(len(c) for c in chunks[: max(0, len(chunks) - s.summary_max_calls)])
+        chunks = chunks[max(0, len(chunks) - s.summary_max_calls) :]
         summary = previous
         assert self._summarizer is not None
         try:
             for chunk in chunks:
                 summary = await self._summarizer.fold(summary, [pending[i] for i in chunk])
         except SummaryError as exc:
-            logger.warning(
-                "history summary skipped",
-                extra={
-                    "conversation_id": conversation_id,
-                    "reason": str(exc),
-                    "pending_messages": len(pending),
-                },
-            )
+            logger.warning("history summary skipped", extra={
+                "conversation_id": conversation_id, "reason": str(exc), "pending_messages": len(pending)})
             return self._result(HistoryStrategyName.SUMMARY, items, window, skipped, summary_error=str(exc))
         assert summary is not None
         covered_count = min(previous_count + len(pending) - omitted, len(older))
         summary_tokens = await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + summary)
         entry = CachedSummary(
-            conversation_id=conversation_id,
-            summary=summary,
-            last_covered_message_id=older[-1].id,
-            covered_message_count=covered_count,
-            token_count=summary_tokens,
-            updated_at=utcnow(),
+            conversation_id=conversation_id, summary=summary, last_covered_message_id=older[-1].id,
+            covered_message_count=covered_count, token_count=summary_tokens, updated_at=utcnow(),
         )
         try:
             await self._cache.put(entry)
         except Exception as exc:  # noqa: BLE001 - the summary is still good for this turn
             logger.warning(
-                "history summary not cached",
-                extra={"conversation_id": conversation_id, "reason": type(exc).__name__},
+                "history summary not cached", extra={"conversation_id": conversation_id, "reason": type(exc).__name__}
             )
         return await self._finish_with(items, window, skipped, summary, covered_count, refreshed=True)
 
     async def _finish_with(
-        self,
-        items: list[HistoryItem],
-        window: Window,
-        skipped: int,
-        summary: str,
-        summarized: int,
-        *,
+        self, items: list[HistoryItem], window: Window, skipped: int, summary: str, summarized: int, *,
         refreshed: bool,
     ) -> HistoryResult:
         summary_tokens = await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + summary)
         return self._result(
-            HistoryStrategyName.SUMMARY,
-            items,
-            window,
-            skipped,
-            summary=summary,
-            summary_tokens=summary_tokens,
-            summarized=summarized,
-            refreshed=refreshed,
+            HistoryStrategyName.SUMMARY, items, window, skipped, summary=summary, summary_tokens=summary_tokens,
+            summarized=summarized, refreshed=refreshed,
         )
 
     # --- result ------------------------------------------------------------------------------
