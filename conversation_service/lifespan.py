@@ -75,7 +75,6 @@ class AgentParts:
     health: AgentHealthMonitor
     delegation: AgentDelegation
     dispatcher: AgentReplyDispatcher
-    expiry: QuestionExpiry
     answers: AnswerService
 
 
@@ -220,4 +219,4 @@ async def build_agent(
         every(config.agent_cleanup_interval_s, expiry.expire_all_due, name="ask-user-expiry"),
         every(max(config.agent_health_cache_s, 5.0), health.check, name="agent-health"),
     ):
-        yield AgentParts(breaker, health, delegation, dispatcher, expiry, answers)
+        yield AgentParts(breaker, health, delegation, dispatcher, answers)

@@ -67,9 +67,6 @@ class AgentSessionService:
             raise AgentSessionNotFound("no such agent session")
         return row
 
-    async def find_by_agent_session_id(self, agent_session_id: str) -> ConversationAgentSession | None:
-        return await self.repository.get_by_agent_session_id(agent_session_id)
-
     async def transition(
         self, row_id: str, target: AgentSessionStatus, *, now: datetime | None = None
     ) -> ConversationAgentSession:

@@ -8,13 +8,12 @@ the token budget is, so the caller can warn the user before the context overflow
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from conversation_service.history.context import map_role, user_context_from
+from conversation_service.history.context import map_role
 from conversation_service.history.schemas import HistoryRecord, HistoryResult, HistoryStats
 from conversation_service.history.settings import HistorySettings, HistoryStrategyName
 from conversation_service.history.strategies import Window, clip_content, fit_newest
@@ -23,7 +22,7 @@ from conversation_service.history.summary_cache import CachedSummary, InMemorySu
 from conversation_service.history.tokens import HistoryItem, TokenCounter
 from shared.keyed_lock import KeyedLock
 from shared.llm.base import LLMProvider
-from shared.protocol import ChatMessage, Role, UserContext, utcnow
+from shared.protocol import ChatMessage, Role, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +77,6 @@ class HistoryExtractor:
                 ["strategy"],
                 registry=registry,
             )
-
-    @staticmethod
-    def user_context(
-        *, owner_id: str, org_id: str | None = None, claims: Mapping[str, Any] | None = None
-    ) -> UserContext:
-        return user_context_from(owner_id=owner_id, org_id=org_id, claims=claims)
 
     async def extract(
         self,

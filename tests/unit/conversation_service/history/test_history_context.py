@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from conversation_service.history import HistoryExtractor, map_role, user_context_from
+from conversation_service.history import map_role, user_context_from
 from shared.protocol import Role
 
 
@@ -41,7 +41,7 @@ def test_org_falls_back_to_the_token_and_scopes_are_read() -> None:
         owner_id="u1", claims={"org_id": "acme", "scope": "files:read  web files:read"}
     )
     assert (context.org_id, context.permissions) == ("acme", ["files:read", "web"])
-    bare = HistoryExtractor.user_context(owner_id="u2")
+    bare = user_context_from(owner_id="u2")
     assert (bare.user_id, bare.org_id, bare.permissions) == ("u2", None, [])
 
 
