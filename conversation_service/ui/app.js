@@ -297,7 +297,7 @@ async function openConversation(id) {
       token: token(),
       afterSeq: conversation.last_seq || 0,
       onFrame: (frame) => {
-        if (frame.type === "conversation.deleted") { deleted(id, "This conversation was deleted."); return; }
+        if (frame.type === "conversation.deleted") { deleted(id); return; }
         typing.frame(frame);
         chat.onFrame(frame);
       },
@@ -414,13 +414,14 @@ $("rename-form").addEventListener("submit", async (ev) => {
   }
 });
 
-// The open conversation is gone (deleted here or on another page): nothing of it stays on screen.
-async function deleted(id, text) {
+// The open conversation is gone (deleted on this page or another): nothing of it stays on screen.
+// The deleting page hears the conversation.deleted frame too, maybe before its DELETE answers.
+async function deleted(id) {
   if (state.current !== id) return;
   state.generation += 1;
   closeConversation();
   history.replaceState(history.state, "", location.pathname + location.search);
-  banner(text, "notice");
+  banner("The conversation was deleted.", "notice");
   try { await loadConversations(); } catch (err) { reportError(err); }
   $("new-conversation").focus();
 }
@@ -431,7 +432,7 @@ $("delete").addEventListener("click", async () => {
   if (!confirm(`Delete "${conversationLabel(state.conversation)}" and all its messages? This cannot be undone.`)) return;
   try {
     await api("DELETE", `/conversations/${encodeURIComponent(id)}`);
-    await deleted(id, "The conversation was deleted.");
+    await deleted(id);
   } catch (err) {
     reportError(err);
   }
