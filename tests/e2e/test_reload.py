@@ -77,6 +77,9 @@ async def test_a_reload_mid_reply_keeps_every_character_shown_before_it(page: Pa
         before = await body.text_content()
         await page.reload()
         await expect(page.locator("#connection")).to_have_text("Live")
+        # Still the one live region: the message being written, not the list.
+        await expect(page.locator("#messages li.msg.assistant")).to_have_attribute("aria-live", "polite")
+        assert await page.locator("#messages").get_attribute("aria-live") is None
 
         # A second tab opened mid-reply shows the text so far as well, then the rest.
         second = await page.context.new_page()
