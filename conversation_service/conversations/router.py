@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, BackgroundTasks, Query, Response, status
 
 from conversation_service.conversations import service
 from conversation_service.conversations.schemas import (
@@ -56,11 +56,14 @@ async def rename_conversation(
 
 @router.delete("/{conversation_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
                responses=_ERRORS)
-async def delete_conversation(conversation: OwnedConversation, session: SessionDep, realtime: RealtimeDep) -> None:
+async def delete_conversation(
+    conversation: OwnedConversation, session: SessionDep, realtime: RealtimeDep, after: BackgroundTasks
+) -> None:
     """Delete: from now on the conversation answers 404 everywhere (REST and WebSocket).
 
     A reply still streaming runs to its end unseen; the owner's other open pages are told with a
     ``conversation.deleted`` frame."""
     await service.delete_conversation(session, conversation)
-    await realtime.publisher.emit(conversation.id, FrameType.CONVERSATION_DELETED, {"conversation_id": conversation.id},
-                                  boundary=True)
+    # After the response, so after the commit: a page is never told of a delete that rolled back.
+    after.add_task(realtime.publisher.emit, conversation.id, FrameType.CONVERSATION_DELETED,
+                   {"conversation_id": conversation.id}, boundary=True)

@@ -13,6 +13,7 @@ import websockets
 
 from conversation_service.db.models import (
     ConversationAgentSession,
+    ConversationFrame,
     InteractionStatus,
     Message,
     MessageRole,
@@ -21,6 +22,7 @@ from conversation_service.db.models import (
 )
 from conversation_service.db.repository import unit_of_work
 from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.repository import FrameRepository
 from shared.protocol import utcnow
 from tests.integration.conversation_service.support import (
     auth,
@@ -194,12 +196,25 @@ async def test_a_streaming_message_is_listed_with_its_text_so_far(database_url: 
         assert by_id[older.id]["content"] == "done earlier" and by_id[older.id]["content_seq"] is None
 
         # Small reads of the log (one frame at a time) find the same text.
-        from conversation_service.realtime.repository import FrameRepository
-
         async with unit_of_work(app.state.storage.sessionmaker) as session:
             assert await FrameRepository(session).streamed_text(
                 cid, reply.id, started_at=utcnow() - timedelta(minutes=1), batch=1
             ) == ("Hello, world!", last.seq)
+
+        # Without its created frame (never persisted), the read stops at frames older than the
+        # message: a frame from before it cannot be part of it.
+        async with unit_of_work(app.state.storage.sessionmaker) as session:
+            session.add_all([
+                ConversationFrame(conversation_id=cid, seq=last.seq + 1, type=FrameType.MESSAGE_DELTA,
+                                  data={"message_id": "m-lost", "text": "stale "},
+                                  created_at=utcnow() - timedelta(minutes=10)),
+                ConversationFrame(conversation_id=cid, seq=last.seq + 2, type=FrameType.MESSAGE_DELTA,
+                                  data={"message_id": "m-lost", "text": "fresh"}, created_at=utcnow()),
+            ])
+        async with unit_of_work(app.state.storage.sessionmaker) as session:
+            assert await FrameRepository(session).streamed_text(
+                cid, "m-lost", started_at=utcnow() - timedelta(minutes=1)
+            ) == ("fresh", last.seq + 2)
 
 
 async def test_the_agents_questions_and_how_each_stands(database_url: str) -> None:
