@@ -57,9 +57,11 @@ async def list_conversations(
     )
 
 
-async def name_after_first_message(session: AsyncSession, conversation_id: str, content: str) -> None:
+async def name_after_first_message(session: AsyncSession, conversation: Conversation, content: str) -> None:
     """An untitled conversation takes its title from the message just stored in it."""
-    await ConversationRepository(session).title_if_untitled(conversation_id, title_from_message(content))
+    if conversation.title:
+        return  # the common case costs no statement
+    await ConversationRepository(session).title_if_untitled(conversation.id, title_from_message(content))
 
 
 async def rename_conversation(session: AsyncSession, conversation: Conversation, title: str) -> Conversation:

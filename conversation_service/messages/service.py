@@ -96,7 +96,7 @@ class MessageService:
                     client_message_id=client_message_id,
                 )
                 await ConversationRepository(session).touch(conversation_id)
-                await name_after_first_message(session, conversation_id, content)
+                await name_after_first_message(session, conversation, content)
             return conversation, message
         except IntegrityError:
             # A concurrent request with the same client_message_id won the insert: answer with its row.
