@@ -64,7 +64,7 @@ async def _shown_after_reload(page: Page, before: str) -> list[list[str]]:
 
 
 async def test_a_reload_mid_reply_keeps_every_character_shown_before_it(page: Page, tmp_path, monkeypatch) -> None:
-    async with slow_model(monkeypatch, token_delay_ms=30) as fake, chat_stack(tmp_path) as stack:
+    async with slow_model(monkeypatch, token_delay_ms=40) as fake, chat_stack(tmp_path) as stack:
         fake.enqueue(TextReply(text=STORY, chunk_chars=4))
         cid = await stack.conversation("Story")
         await page.goto(stack.page_url())
