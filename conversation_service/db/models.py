@@ -1,8 +1,8 @@
 """ORM models of the ConversationService database.
 
 The schema is owned by the Alembic revisions in ``migrations/conversation``: ``c0001`` (chat:
-conversations, messages, conversation_frames) and ``c0002`` (agent integration, which extends the
-chat schema without replacing it). These models mirror those revisions; a test compares them.
+conversations, messages, conversation_frames), ``c0002`` (agent integration, which extends the
+chat schema without replacing it) and ``c0006`` (``conversations.deleted_at``). These models mirror those revisions; a test compares them.
 
 Relationships are ``lazy="raise"``: a hidden lazy load would block the event loop on an async
 session, so every relationship a query needs is loaded explicitly (``selectinload``) or not at all.
@@ -144,6 +144,8 @@ class Conversation(Base):
     last_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # c0002: a short status of the conversation's agent work (e.g. "thinking", "awaiting_user").
     agent_status: Mapped[str | None] = mapped_column(String(32))
+    # c0006: set when the owner deleted it; every read of a deleted conversation answers 404.
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     messages: Mapped[list[Message]] = relationship(
         back_populates="conversation", lazy="raise", cascade="all, delete-orphan", passive_deletes=True

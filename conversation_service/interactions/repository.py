@@ -35,6 +35,16 @@ class InteractionRepository(Repository):
             .limit(1)
         )
 
+    async def list_for_conversation(self, conversation_id: str, *, limit: int) -> list[PendingInteraction]:
+        """The conversation's last ``limit`` questions, in the order they were asked."""
+        result = await self.session.scalars(
+            select(PendingInteraction)
+            .where(PendingInteraction.conversation_id == conversation_id)
+            .order_by(PendingInteraction.asked_at.desc(), PendingInteraction.question_id)
+            .limit(limit)
+        )
+        return list(reversed(result.all()))
+
     async def mark_answered(self, question_id: str, answer_message_id: str, now: datetime | None = None) -> bool:
         """PENDING -> ANSWERED, once: a second answer finds no pending row and gets False."""
         result = await self.session.execute(

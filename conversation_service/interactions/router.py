@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
 
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.db.models import InteractionStatus
@@ -11,10 +13,12 @@ from conversation_service.interactions.repository import InteractionRepository
 from conversation_service.interactions.schemas import (
     AgentAnswerAccepted,
     AgentAnswerIn,
+    AgentQuestionList,
+    AgentQuestionOut,
     AgentSessionOut,
     PendingQuestionOut,
 )
-from shared.protocol import ErrorBody
+from shared.protocol import ErrorBody, utcnow
 
 router = APIRouter(prefix="/conversations", tags=["agent"])
 
@@ -56,3 +60,20 @@ async def agent_session(conversation: OwnedConversation, session: SessionDep) ->
         profile_name=row.profile_name, status=row.status, created_at=row.created_at,
         last_interaction_at=row.last_interaction_at, pending_question=pending,
     )
+
+
+@router.get("/{conversation_id}/agent-questions", response_model=AgentQuestionList,
+            responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+async def agent_questions(
+    conversation: OwnedConversation, session: SessionDep, limit: Annotated[int, Query(ge=1, le=500)] = 200
+) -> AgentQuestionList:
+    """The agent's questions in this conversation (the last ``limit``, oldest first) and how each
+    stands: what a page shows on its question cards after a reload."""
+    now = utcnow()
+    items = []
+    for row in await InteractionRepository(session).list_for_conversation(conversation.id, limit=limit):
+        item = AgentQuestionOut.model_validate(row)
+        if item.status == InteractionStatus.PENDING.value and item.expires_at <= now:
+            item.status = InteractionStatus.EXPIRED.value
+        items.append(item)
+    return AgentQuestionList(items=items, limit=limit)

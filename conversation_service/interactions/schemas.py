@@ -47,3 +47,30 @@ class AgentSessionOut(BaseModel):
     created_at: datetime | None = None
     last_interaction_at: datetime | None = None
     pending_question: PendingQuestionOut | None = None
+
+
+class AgentQuestionOut(BaseModel):
+    """One question (or tool approval) the agent asked in a conversation, and where it stands."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    question_id: str
+    question: str
+    kind: str
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    asked_at: datetime
+    expires_at: datetime
+    # PENDING (waiting for its answer), ANSWERED, or EXPIRED (also a pending one past its expiry
+    # that the cleanup job has not marked yet: it can no longer be answered).
+    status: str
+    answered_at: datetime | None = None
+    # The user message that answered it: on the question's card, in the composer, or elsewhere.
+    answer_message_id: str | None = None
+
+
+class AgentQuestionList(BaseModel):
+    """Body of ``GET /conversations/{id}/agent-questions``."""
+
+    items: list[AgentQuestionOut]
+    limit: int

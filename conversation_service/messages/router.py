@@ -7,6 +7,7 @@ from fastapi import APIRouter, Query, status
 from conversation_service.deps import CurrentUser, MessageServiceDep, OwnedConversation, SessionDep
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import MessageAccepted, MessageCreate, MessageList, MessageOut
+from conversation_service.messages.streaming import with_streamed_text
 from shared.protocol import ErrorBody
 
 router = APIRouter(prefix="/conversations", tags=["messages"])
@@ -21,9 +22,11 @@ async def list_messages(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> MessageList:
-    """Messages oldest first."""
-    items = await MessageRepository(session).list(conversation.id, limit=limit, offset=offset)
-    return MessageList(items=[MessageOut.model_validate(m) for m in items], limit=limit, offset=offset)
+    """Messages oldest first. A message still streaming has its text so far and ``content_seq``:
+    the ``message.delta`` frames after that seq continue it."""
+    rows = await MessageRepository(session).list(conversation.id, limit=limit, offset=offset)
+    items = await with_streamed_text(session, [MessageOut.model_validate(m) for m in rows])
+    return MessageList(items=items, limit=limit, offset=offset)
 
 
 @router.post(

@@ -28,6 +28,9 @@ class MessageOut(BaseModel):
     created_at: datetime
     agent_session_id: str | None = None
     agent_metadata: dict[str, Any] | None = None
+    # Only in message lists, on a message still streaming: ``content`` is its text so far, made of
+    # its ``message.delta`` frames up to this seq; later deltas continue it, earlier ones are in it.
+    content_seq: int | None = None
 
 
 class MessageList(BaseModel):

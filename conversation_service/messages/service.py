@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.conversations.repository import ConversationRepository
-from conversation_service.conversations.service import get_owned_conversation
+from conversation_service.conversations.service import get_owned_conversation, name_after_first_message
 from conversation_service.db.models import Conversation, Message, MessageRole
 from conversation_service.db.repository import unit_of_work
 from conversation_service.errors import InvalidInput, NotFound, PayloadTooLarge
@@ -96,6 +96,7 @@ class MessageService:
                     client_message_id=client_message_id,
                 )
                 await ConversationRepository(session).touch(conversation_id)
+                await name_after_first_message(session, conversation, content)
             return conversation, message
         except IntegrityError:
             # A concurrent request with the same client_message_id won the insert: answer with its row.

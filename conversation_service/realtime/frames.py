@@ -26,6 +26,8 @@ class FrameType:
     AGENT_COMPLETE = "agent.complete"
     AGENT_ERROR = "agent.error"
     NOTICE = "notice"
+    # The owner deleted the conversation: its other open pages close it.
+    CONVERSATION_DELETED = "conversation.deleted"
 
 
 @dataclass(frozen=True, slots=True)

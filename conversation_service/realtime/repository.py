@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy import func, insert, select, update
 
 from conversation_service.db.models import Conversation, ConversationFrame, utcnow
 from conversation_service.db.repository import Repository
-from conversation_service.realtime.frames import Frame
+from conversation_service.realtime.frames import Frame, FrameType
 
 
 class FrameRepository(Repository):
@@ -42,6 +43,37 @@ class FrameRepository(Repository):
             .limit(limit)
         )
         return [Frame(type=t, seq=s, conversation_id=conversation_id, data=d) for t, s, d in result.all()]
+
+    async def streamed_text(
+        self, conversation_id: str, message_id: str, *, started_at: datetime, batch: int = 500
+    ) -> tuple[str, int | None]:
+        """The text a message still streaming has so far, from its ``message.delta`` frames, and
+        the seq of the last one (None when there is none yet).
+
+        Read newest first, back to the message's ``message.created`` frame: the cost is the
+        frames since the reply began, not the conversation's whole log. A frame committed before
+        ``started_at`` cannot belong to the message either, so a created frame that was never
+        persisted does not send the read back to the conversation's start.
+        """
+        parts: list[str] = []
+        last: int | None = None
+        below: int | None = None
+        while True:
+            query = select(
+                ConversationFrame.seq, ConversationFrame.type, ConversationFrame.data, ConversationFrame.created_at
+            ).where(ConversationFrame.conversation_id == conversation_id)
+            if below is not None:
+                query = query.where(ConversationFrame.seq < below)
+            rows = (await self.session.execute(query.order_by(ConversationFrame.seq.desc()).limit(batch))).all()
+            for seq, type_, data, created_at in rows:
+                if created_at < started_at or (type_ == FrameType.MESSAGE_CREATED and data.get("id") == message_id):
+                    return "".join(reversed(parts)), last
+                if type_ == FrameType.MESSAGE_DELTA and data.get("message_id") == message_id:
+                    parts.append(str(data.get("text", "")))
+                    last = seq if last is None else last
+            if len(rows) < batch:
+                return "".join(reversed(parts)), last
+            below = rows[-1][0]
 
     async def max_seq(self, conversation_id: str) -> int:
         result = await self.session.execute(

@@ -33,7 +33,9 @@ function detailText(detail) {
 export function describe(status, body) {
   const own = body ? detailText(body.detail) : "";
   const base = STATUS_TEXT[status] || (status >= 500 ? "The server had a problem. Try again in a moment." : "");
-  if (status === 401) return base;  // "invalid token" alone does not tell the user what to do
+  // "invalid token" alone does not tell the user what to do; "conversation not found" leaves out
+  // that it may be someone else's (the API does not tell them apart, on purpose).
+  if (status === 401 || status === 404) return base;
   if (status === 422 && own) return `${base} ${own}`;
   if (own) return own.charAt(0).toUpperCase() + own.slice(1) + (/[.!?]$/.test(own) ? "" : ".");
   return base || `Request failed (${status}).`;

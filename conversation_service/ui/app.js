@@ -42,6 +42,8 @@ const api = createApi(token);
 
 const state = {
   current: null,       // the open conversation's id
+  conversation: null,  // and its row (title), once loaded
+  query: "",           // the search over titles the list shows
   socket: null,
   generation: 0,       // bumps on every open(), so a slow load for an older choice is dropped
   sending: false,
@@ -119,6 +121,7 @@ function showIdentity() {
   $("identity").hidden = !signedIn;
   $("who").textContent = signedIn ? (tokenSubject(value) || "signed in") : "";
   $("new-conversation").disabled = !signedIn;
+  $("search").disabled = !signedIn;
   updateComposer();
 }
 
@@ -165,8 +168,9 @@ document.addEventListener("keydown", (ev) => {
   }
 });
 
+// A conversation is titled after its first message; until then it is a new one.
 function conversationLabel(c) {
-  return c.title || `Conversation ${c.id.slice(0, 8)}`;
+  return c.title || "New conversation";
 }
 
 function renderConversations(items) {
@@ -190,6 +194,7 @@ function renderConversations(items) {
     ul.append(li);
   }
   markActive();
+  $("empty-list").textContent = state.query ? "No conversation title matches your search." : "No conversations yet.";
   $("empty-list").hidden = items.length > 0;
 }
 
@@ -202,18 +207,30 @@ function markActive() {
 }
 
 async function loadConversations() {
-  const list = await api("GET", "/conversations?limit=100");
+  const query = state.query;
+  const list = await api("GET", "/conversations?limit=100" + (query ? `&q=${encodeURIComponent(query)}` : ""));
+  if (query !== state.query) return list.items;  // typed on meanwhile: a newer search will render
   renderConversations(list.items);
   return list.items;
 }
+
+// The list follows the search box as the user types, one request per pause in the typing.
+let searchTimer = 0;
+$("search").addEventListener("input", () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(() => {
+    state.query = $("search").value.trim();
+    loadConversations().catch(reportError);
+  }, 200);
+});
 
 $("new-conversation").addEventListener("click", async () => {
   const button = $("new-conversation");
   button.disabled = true;
   try {
-    const title = "Conversation " + new Date().toLocaleString([], { dateStyle: "short", timeStyle: "short" });
-    const created = await api("POST", "/conversations", { title });
+    const created = await api("POST", "/conversations", {});  // titled by its first message
     navigation(false);
+    $("search").value = state.query = "";
     await loadConversations();
     await openConversation(created.id);
     $("content").focus();
@@ -231,11 +248,21 @@ function closeConversation() {
   if (state.socket) state.socket.stop();
   state.socket = null;
   state.current = null;
+  state.conversation = null;
   state.draft = null;
   chat.clear();
   connection("offline", {});
+  renaming(false);
   $("chat-title").textContent = "No conversation open";
+  $("conversation-actions").hidden = true;
   updateComposer();
+}
+
+function showTitle(conversation) {
+  state.conversation = conversation;
+  $("chat-title").textContent = conversationLabel(conversation);
+  $("chat-title").title = conversationLabel(conversation);
+  $("conversation-actions").hidden = false;
 }
 
 async function loadHistory(id) {
@@ -261,14 +288,19 @@ async function openConversation(id) {
     const conversation = await api("GET", `/conversations/${encodeURIComponent(id)}`);
     const messages = await loadHistory(id);
     const agent = await api("GET", `/conversations/${encodeURIComponent(id)}/agent-session`);
+    const questions = await api("GET", `/conversations/${encodeURIComponent(id)}/agent-questions`);
     if (generation !== state.generation) return;
-    $("chat-title").textContent = conversationLabel(conversation);
-    chat.loadHistory(messages, agent && agent.pending_question);
+    showTitle(conversation);
+    chat.loadHistory(messages, agent && agent.pending_question, questions.items);
     state.socket = new ConversationSocket({
       conversationId: id,
       token: token(),
       afterSeq: conversation.last_seq || 0,
-      onFrame: (frame) => { typing.frame(frame); chat.onFrame(frame); },
+      onFrame: (frame) => {
+        if (frame.type === "conversation.deleted") { deleted(id); return; }
+        typing.frame(frame);
+        chat.onFrame(frame);
+      },
       onControl: (frame) => { if (frame.type === "error" && frame.data) banner(String(frame.data.detail || frame.data.error || "")); },
       onState: connection,
     });
@@ -325,6 +357,7 @@ $("composer").addEventListener("submit", async (ev) => {
     if (input.value.trim() === content) { input.value = ""; fitComposer(); }
     state.draft = null;
     banner("");
+    if (state.conversation && !state.conversation.title) refreshTitle(conversationId);
   } catch (err) {
     typing.stop();
     reportError(err);  // the text stays in the box; sending again reuses its client_message_id
@@ -332,6 +365,76 @@ $("composer").addEventListener("submit", async (ev) => {
     state.sending = false;
     updateComposer();
     input.focus();
+  }
+});
+
+// ---- rename and delete ----------------------------------------------------------------------
+
+// The first message has just named the conversation: its header and its entry in the list.
+async function refreshTitle(id) {
+  try {
+    const conversation = await api("GET", `/conversations/${encodeURIComponent(id)}`);
+    if (state.current === id) showTitle(conversation);
+    await loadConversations();
+  } catch (err) {
+    reportError(err);
+  }
+}
+
+function renaming(on) {
+  $("rename-form").hidden = !on;
+  $("chat-title").hidden = on;
+  $("conversation-actions").hidden = on || !state.current;
+  if (on) {
+    $("rename-input").value = state.conversation ? state.conversation.title : "";
+    $("rename-input").focus();
+    $("rename-input").select();
+  }
+}
+
+$("rename").addEventListener("click", () => renaming(true));
+$("rename-cancel").addEventListener("click", () => { renaming(false); $("rename").focus(); });
+$("rename-form").addEventListener("keydown", (ev) => {
+  if (ev.key === "Escape") { ev.preventDefault(); renaming(false); $("rename").focus(); }
+});
+$("rename-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const id = state.current;
+  const title = $("rename-input").value.trim();
+  if (!id || !title) { $("rename-input").focus(); return; }
+  try {
+    const conversation = await api("PATCH", `/conversations/${encodeURIComponent(id)}`, { title });
+    if (state.current !== id) return;
+    showTitle(conversation);
+    renaming(false);
+    $("rename").focus();
+    await loadConversations();
+  } catch (err) {
+    reportError(err);
+  }
+});
+
+// The open conversation is gone (deleted on this page or another): nothing of it stays on screen.
+// The deleting page hears the conversation.deleted frame too, maybe before its DELETE answers.
+async function deleted(id) {
+  if (state.current !== id) return;
+  state.generation += 1;
+  closeConversation();
+  history.replaceState(history.state, "", location.pathname + location.search);
+  banner("The conversation was deleted.", "notice");
+  try { await loadConversations(); } catch (err) { reportError(err); }
+  $("new-conversation").focus();
+}
+
+$("delete").addEventListener("click", async () => {
+  const id = state.current;
+  if (!id || !state.conversation) return;
+  if (!confirm(`Delete "${conversationLabel(state.conversation)}" and all its messages? This cannot be undone.`)) return;
+  try {
+    await api("DELETE", `/conversations/${encodeURIComponent(id)}`);
+    await deleted(id);
+  } catch (err) {
+    reportError(err);
   }
 });
 

@@ -5,6 +5,7 @@ import { formatDuration } from "./dom.js";
 import { MessageView } from "./message.js";
 
 const NO_LONGER_WAITING = "The agent is no longer waiting for this answer.";
+const EXPIRED = "This question expired. Send a new message to start again.";
 
 export class ChatView {
   // list: <ol> of messages; status: {set(text, busy)}; answer(questionId, text, approved): Promise;
@@ -73,23 +74,24 @@ export class ChatView {
         }
       }
     }
-    if (!view.final) this.fill(view, msg, known);
-    if (msg.role === "assistant" && meta.path === "agent" && !known) this.settleCards(meta);
+    if (!view.final) this.fill(view, msg);
+    // The history says how each question stands (loadHistory); live, a new agent turn settles them.
+    if (msg.role === "assistant" && meta.path === "agent" && !known && !this.loadingHistory) this.settleCards(meta);
     const ask = meta.ask_user;
     if (ask && typeof ask.question_id === "string") {
       this.askedIn.set(ask.question_id, msg.id);
-      // An approval asked earlier shows as its card, settled by the answer that follows it.
-      if (this.loadingHistory && ask.kind === "approval") this.askUser(ask, msg.id);
+      // A question asked earlier shows as its card under its message, settled by what follows.
+      if (this.loadingHistory) this.askUser(ask, msg.id);
     }
   }
 
-  fill(view, msg, known) {
+  fill(view, msg) {
     const status = msg.status || "complete";
     if (status === "streaming") {
       view.setStatus("streaming");
-      // Opened while the reply streams: its row has no text yet, earlier deltas are gone.
-      if (!known && msg.content === "") view.partial = msg.role === "assistant" && this.loadingHistory;
-      if (msg.content) { view.text = msg.content; view.render(); }
+      // Opened mid-reply (a reload, a second tab): the text so far, up to the delta with seq
+      // content_seq; the deltas after it continue it.
+      if (msg.content && typeof msg.content_seq === "number") view.resume(msg.content, msg.content_seq);
     } else if (status === "error") {
       view.fail("The reply failed.", msg.content);
     } else {
@@ -107,7 +109,8 @@ export class ChatView {
     }
   }
 
-  loadHistory(messages, pendingQuestion) {
+  // questions: the agent's questions and how each stands (GET .../agent-questions).
+  loadHistory(messages, pendingQuestion, questions) {
     this.loadingHistory = true;
     try {
       for (const msg of messages) this.upsert(msg);
@@ -115,10 +118,22 @@ export class ChatView {
       this.loadingHistory = false;
     }
     const pendingId = pendingQuestion && pendingQuestion.question_id;
-    for (const card of this.cards.values()) {
-      if (card.id !== pendingId) card.close("closed", NO_LONGER_WAITING);
-    }
     if (pendingQuestion) this.askUser(pendingQuestion, this.askedIn.get(pendingId));
+    const byId = new Map(messages.map((m) => [m.id, m]));
+    const standing = new Map((questions || []).map((q) => [q.question_id, q]));
+    for (const card of this.cards.values()) {
+      const q = standing.get(card.id);
+      if (q && q.status === "ANSWERED") {
+        // Answered on the card, in the composer or on another device: the answer it got.
+        const answer = byId.get(q.answer_message_id);
+        if (!card.decided && answer) card.decide(answer.content);
+      } else if (q && q.status === "EXPIRED") {
+        card.close("expired", EXPIRED);
+      } else if (card.id !== pendingId) {
+        card.close("closed", NO_LONGER_WAITING);
+      }
+    }
+    if (pendingId) this.status.set("The agent is waiting for your answer.");
     this.list.scrollTop = this.list.scrollHeight;
   }
 
@@ -143,7 +158,7 @@ export class ChatView {
         if (d.role === "user") this.status.set("");
         break;
       case "message.delta":
-        if (typeof d.text === "string") view()?.append(d.text);
+        if (typeof d.text === "string") view()?.append(d.text, frame.seq);
         this.status.set("");
         break;
       case "message.completed":
@@ -188,7 +203,7 @@ export class ChatView {
       case "notice":
         if (d.code === "agent_question_expired" && typeof d.question_id === "string") {
           const card = this.cards.get(d.question_id);
-          if (card) card.close("expired", "This question expired. Send a new message to start again.");
+          if (card) card.close("expired", EXPIRED);
         }
         this.notice(d);
         break;

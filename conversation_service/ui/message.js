@@ -87,7 +87,7 @@ export class MessageView {
     this.role = LABEL[role] ? role : "assistant";
     this.text = "";
     this.final = false;
-    this.partial = false;  // opened mid-stream: the deltas before the page loaded are not shown
+    this.textSeq = 0;      // the seq of the last delta in text: a replayed delta up to it is in it already
     this.frame = 0;        // the animation frame that will render the streamed text
     this.tools = new Map();
     this.li = el("li", `msg ${this.role}`);
@@ -136,15 +136,23 @@ export class MessageView {
   render() {
     cancelAnimationFrame(this.frame);
     this.frame = 0;
-    const text = this.partial && !this.final ? "… " + this.text : this.text;
-    if (this.role === "user") this.body.textContent = text;
-    else renderMarkdown(this.body, text);
+    if (this.role === "user") this.body.textContent = this.text;
+    else renderMarkdown(this.body, this.text);
     this.actions.hidden = !(this.final && this.role !== "user" && this.text.trim());
   }
 
+  // The text so far of a message opened mid-reply; seq: the frame of its last delta.
+  resume(text, seq) {
+    if (this.final) return;
+    this.text = text;
+    this.textSeq = seq;
+    this.render();
+  }
+
   // Deltas arriving within one frame are rendered together, from the whole text so far.
-  append(text) {
+  append(text, seq) {
     if (this.final) return;  // the complete text is already shown
+    if (typeof seq === "number" && seq <= this.textSeq) return;
     this.text += text;
     if (!this.frame) this.frame = requestAnimationFrame(() => this.render());
   }
@@ -152,7 +160,6 @@ export class MessageView {
   finish(content, status) {
     if (typeof content === "string") this.text = content;
     this.final = true;
-    this.partial = false;
     this.setStatus(status || "complete");
     this.render();
   }

@@ -55,8 +55,12 @@ async def test_a_user_session_in_the_browser(page: Page, tmp_path, monkeypatch) 
         await page.evaluate(RECORDER)
 
         # A direct reply, streamed: its text grows over several frames before it is complete.
+        await expect(page.locator("#chat-title")).to_have_text("New conversation")
         await send(page, "hello")
         await expect(page.locator("#messages li.msg.user .body")).to_have_text(["hello"])
+        # The conversation is titled after its first message.
+        await expect(page.locator("#chat-title")).to_have_text("hello")
+        await expect(page.locator("#conversations button.active")).to_have_text("hello")
         reply = assistant_after(page, "hello")
         await expect(reply).to_have_attribute("data-status", "complete")
         reply_text = await reply.locator(".body").text_content()
@@ -114,7 +118,10 @@ async def test_a_user_session_in_the_browser(page: Page, tmp_path, monkeypatch) 
         await expect(page.locator("#who")).to_have_text("alice")
         tool = assistant_after(page, "/agent what is 17*23").locator("li.tool[data-tool='calculator']")
         await expect(tool).to_have_attribute("data-state", "ok")
-        await expect(page.locator(".question-card")).to_have_count(0)  # answered: no open question
+        # Answered: the card stays, in the state it was left in; no question is open.
+        await expect(page.locator(".question-card")).to_have_count(1)
+        await expect(page.locator(".question-card[data-state='open']")).to_have_count(0)
+        await expect(card.locator(".card-decision")).to_have_text("You answered: Lisbon for 3 days")
 
         await page.screenshot(path=str(tmp_path / "chat.png"), full_page=True)
         assert (tmp_path / "chat.png").stat().st_size > 10_000

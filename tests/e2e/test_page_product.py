@@ -393,6 +393,12 @@ async def test_the_phone_layout(browser: Browser, tmp_path) -> None:
         await page.set_viewport_size({"width": 360, "height": 700})
         assert await page.evaluate(no_sideways_scroll)
         assert (await page.locator("#content").bounding_box())["width"] >= 220
+        # Renaming fits too: the title field takes the header's room.
+        await page.get_by_role("button", name="Rename").click()
+        field = page.get_by_role("textbox", name="Conversation title")
+        await expect(field).to_be_focused()
+        assert (await field.bounding_box())["width"] >= 120
+        assert await page.evaluate(no_sideways_scroll)
 
 
 async def test_dark_mode_follows_the_system_and_the_toggle_is_remembered(browser: Browser, tmp_path) -> None:

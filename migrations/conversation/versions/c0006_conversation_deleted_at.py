@@ -1,0 +1,32 @@
+"""conversations.deleted_at: a deleted conversation is hidden, not erased at once
+
+A reply may still be streaming into a conversation when its owner deletes it; its turn keeps
+writing frames and the final message. Marking the row instead of deleting it (and, through the
+foreign keys, its messages and frames) lets that turn end without a failed write, while every read
+of the conversation answers 404 from the moment of the delete.
+
+Revision ID: c0006
+Revises: c0002
+Create Date: 2026-11-24
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "c0006"
+down_revision = "c0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("conversations") as batch:
+        batch.add_column(sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True))
+
+
+def downgrade() -> None:
+    # Deleted conversations come back on a downgrade: the schema before c0006 cannot hide them.
+    with op.batch_alter_table("conversations") as batch:
+        batch.drop_column("deleted_at")
