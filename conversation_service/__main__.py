@@ -18,23 +18,18 @@ def _serve(args: argparse.Namespace) -> None:
 
     from conversation_service.app import create_app
     from conversation_service.settings import ConversationSettings
-    from shared.fastpath.process import tune_process
+    from conversation_service.websocket.protocol import ClosingWebSocketProtocol
     from shared.logging import configure_logging
+    from shared.serving import ServiceServer
 
     settings = ConversationSettings()
     configure_logging("conversation_service", settings.log_level)
+    app = create_app(settings)
     config = uvicorn.Config(
-        create_app(settings), host=args.host, port=args.port, log_config=None, ws="websockets-sansio",
+        app, host=args.host, port=args.port, log_config=None, ws=ClosingWebSocketProtocol,
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )
-
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: list | None = None) -> None:
-            await super().startup(sockets)
-            if self.started:  # the app's start-up is done and the server listens
-                tune_process()
-
-    server = Server(config)
+    server = ServiceServer(config, app.state.shutdown)
     try:
         server.run()
     except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C is a normal way to stop

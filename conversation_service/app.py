@@ -20,6 +20,7 @@ from shared.body_limit import BodySizeLimitMiddleware
 from shared.heap_profile import install_heap_profile
 from shared.http_metrics import HttpMetricsMiddleware
 from shared.logging import RequestIdMiddleware
+from shared.serving import Shutdown
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 
@@ -33,6 +34,8 @@ def create_app(settings: ConversationSettings | None = None) -> FastAPI:
         lifespan=lifespan(settings),
     )
     app.state.settings = settings
+    # Begun by the server on SIGTERM (``shared.serving``); the lifespan's exit drains within it.
+    app.state.shutdown = Shutdown(settings.shutdown_grace_s)
     install_error_handlers(app)
     app.include_router(health_router)
     app.include_router(conversations_router)

@@ -94,7 +94,7 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 config=settings.delegation.client_config(),
             ))
             # Replies and turns under way stop before the client they use closes.
-            tasks = app.state.tasks = await stack.enter_async_context(TaskSupervisor())
+            tasks = app.state.tasks = await stack.enter_async_context(TaskSupervisor(app.state.shutdown))
             replier = DirectLLMReplier(
                 storage.sessionmaker, llm, realtime.publisher, metrics.direct,
                 history_messages=settings.direct_history_messages, system_prompt=settings.direct_system_prompt,
