@@ -1,9 +1,10 @@
-"""c0001/c0002 upgrade -> downgrade -> upgrade on SQLite and PostgreSQL; the models match."""
+"""c0001/c0002/c0004 upgrade -> downgrade -> upgrade on SQLite and PostgreSQL; the models match."""
 
 from __future__ import annotations
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import inspect
 
 from conversation_service.db import migrate
 from conversation_service.db.models import Base
@@ -11,13 +12,20 @@ from shared.db import create_engine
 
 CHAT = {"conversations", "messages", "conversation_frames"}
 AGENT = {"conversation_agent_sessions", "pending_interactions", "dead_letters", "conversation_summaries"}
+HEAD = "c0004_dead_letter_replays"
+REPLAY_COLUMNS = {"replayed_at", "replay_outcome", "replay_detail"}
+
+
+async def dead_letter_columns(engine) -> set[str]:
+    async with engine.connect() as conn:
+        return await conn.run_sync(lambda c: {col["name"] for col in inspect(c).get_columns("dead_letters")})
 
 
 async def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     engine = create_engine(database_url)
     try:
         await migrate.upgrade(engine)
-        assert await migrate.current_revision(engine) == "c0002"
+        assert await migrate.current_revision(engine) == HEAD
         assert CHAT | AGENT <= await migrate.table_names(engine)
         async with engine.connect() as conn:
             diff = await conn.run_sync(
@@ -25,12 +33,16 @@ async def test_upgrade_downgrade_upgrade(database_url: str) -> None:
             )
         assert diff == []
 
+        await migrate.downgrade(engine, "c0002")
+        assert await migrate.current_revision(engine) == "c0002"
+        assert not (REPLAY_COLUMNS & await dead_letter_columns(engine))
         await migrate.downgrade(engine, "c0001")
         tables = await migrate.table_names(engine)
         assert CHAT <= tables and not (AGENT & tables)
         await migrate.downgrade(engine, "base")
         assert not ((CHAT | AGENT) & await migrate.table_names(engine))
         await migrate.upgrade(engine)
-        assert await migrate.current_revision(engine) == "c0002"
+        assert await migrate.current_revision(engine) == HEAD
+        assert REPLAY_COLUMNS <= await dead_letter_columns(engine)
     finally:
         await engine.dispose()
