@@ -1,4 +1,5 @@
-"""``python -m conversation_service`` [--host H --port P] | migrate | token --user U [--org O]."""
+"""``python -m conversation_service`` [--host H --port P] | migrate | token --user U [--org O]
+| dead-letters list | show ID | replay ID."""
 
 from __future__ import annotations
 
@@ -84,9 +85,14 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--user", required=True)
     t.add_argument("--org", default=None)
     t.add_argument("--ttl", type=int, default=None, help="lifetime in seconds")
+    from conversation_service.dead_letters import cli as dead_letters
+
+    dead_letters.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "migrate":
         _migrate(args)
+    elif args.command == "dead-letters":
+        dead_letters.run(args)
     elif args.command == "token":
         _token(args)
     else:

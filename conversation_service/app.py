@@ -9,6 +9,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from conversation_service.conversations.router import router as conversations_router
+from conversation_service.dead_letters.router import router as dead_letters_router
 from conversation_service.errors import install_error_handlers
 from conversation_service.health import router as health_router
 from conversation_service.interactions.router import router as agent_router
@@ -42,6 +43,7 @@ def create_app(settings: ConversationSettings | None = None) -> FastAPI:
     app.include_router(messages_router)
     app.include_router(agent_router)
     app.include_router(ws_router)
+    app.include_router(dead_letters_router)
     install_heap_profile(app)  # only with DEBUG_HEAP_PROFILE=1
     app.mount("/ui", StaticFiles(directory=UI_DIR), name="ui")
 

@@ -36,6 +36,8 @@ class ConversationSettings(BaseSettings):
     agent_service_url: str = "http://127.0.0.1:8001"
     agent_service_api_key: SecretStr = SecretStr("")
 
+    # X-Operator-Key of the operator routes (replaying dead letters); unset, they answer 404.
+    operator_api_key: SecretStr = SecretStr("")
     auth_jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
     auth_jwt_leeway_s: float = Field(default=10.0, ge=0, le=300)
     dev_token_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
