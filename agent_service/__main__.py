@@ -5,25 +5,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import sys
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
 from agent_service.settings import AgentServiceSettings
-from shared.fastpath.process import tune_process
 from shared.logging import configure_logging
-
-
-class _ServiceServer(uvicorn.Server):
-    """uvicorn's server, tuning the process once the service has started: the tuning is the service
-    process's (``shared.fastpath.process``), not every app's (tests and hosts build apps too)."""
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            tune_process()
+from shared.serving import ServiceServer
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,12 +32,11 @@ def main(argv: list[str] | None = None) -> None:
 
     from agent_service.app import create_app
 
-    server = _ServiceServer(uvicorn.Config(
-        create_app(settings), host=args.host, port=args.port, log_config=None, access_log=False,
-        # Streams end on their own after a terminal event; give them a moment on shutdown.
-        timeout_graceful_shutdown=5,
+    app = create_app(settings)
+    server = ServiceServer(uvicorn.Config(
+        app, host=args.host, port=args.port, log_config=None, access_log=False,
         timeout_keep_alive=settings.keep_alive_timeout_s,
-    ))
+    ), app.state.shutdown)
     server.run()
     if not server.started:
         sys.exit(STARTUP_FAILURE)

@@ -41,6 +41,7 @@ from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
 from shared.logging import RequestIdMiddleware
+from shared.serving import Shutdown
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ async def build_agent(
             event_log, sessionmaker,
             StreamSettings(heartbeat_seconds=settings.heartbeat_seconds, retry_ms=settings.sse_retry_ms,
                            poll_seconds=settings.replay_poll_seconds),
-            metrics,
+            metrics, stopping=app.state.shutdown.begun,
         ),
     )
 
@@ -153,6 +154,8 @@ def create_app(
             yield
 
     app = FastAPI(title="TaskForce Agent Service", version="1.0", lifespan=lifespan)
+    # Begun by the server on SIGTERM (``shared.serving``): SSE streams end on it.
+    app.state.shutdown = Shutdown(settings.shutdown_grace_s)
     install_error_handlers(app)
     for module in (health, runs_router, sessions_router, profiles_router):
         app.include_router(module.router)

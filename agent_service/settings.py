@@ -57,6 +57,9 @@ class AgentServiceSettings(BaseSettings):
     # balancer in front keeps it idle (nginx upstream keepalive_timeout: 60 s by default), so it is the
     # client that closes: a server-side close racing the client's reuse of the connection loses a request.
     keep_alive_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 75
+    # On SIGTERM: how long open connections get before they are cut off (SSE streams end at once;
+    # runs under way end with ERROR INTERRUPTED). Keep it below the orchestrator's kill timeout.
+    shutdown_grace_s: Annotated[float, Field(gt=0, le=600)] = 8.0
     log_level: str = "INFO"
     llm: LLMSettings = Field(default_factory=LLMSettings)
     debug: HeapProfileSettings = Field(default_factory=HeapProfileSettings)

@@ -1,4 +1,5 @@
-"""``python -m conversation_service`` [--host H --port P] | migrate | token --user U [--org O]."""
+"""``python -m conversation_service`` [--host H --port P] | migrate | token --user U [--org O]
+| dead-letters list | show ID | replay ID."""
 
 from __future__ import annotations
 
@@ -18,23 +19,18 @@ def _serve(args: argparse.Namespace) -> None:
 
     from conversation_service.app import create_app
     from conversation_service.settings import ConversationSettings
-    from shared.fastpath.process import tune_process
+    from conversation_service.websocket.protocol import ClosingWebSocketProtocol
     from shared.logging import configure_logging
+    from shared.serving import ServiceServer
 
     settings = ConversationSettings()
     configure_logging("conversation_service", settings.log_level)
+    app = create_app(settings)
     config = uvicorn.Config(
-        create_app(settings), host=args.host, port=args.port, log_config=None, ws="websockets-sansio",
+        app, host=args.host, port=args.port, log_config=None, ws=ClosingWebSocketProtocol,
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )
-
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: list | None = None) -> None:
-            await super().startup(sockets)
-            if self.started:  # the app's start-up is done and the server listens
-                tune_process()
-
-    server = Server(config)
+    server = ServiceServer(config, app.state.shutdown)
     try:
         server.run()
     except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C is a normal way to stop
@@ -89,9 +85,14 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--user", required=True)
     t.add_argument("--org", default=None)
     t.add_argument("--ttl", type=int, default=None, help="lifetime in seconds")
+    from conversation_service.dead_letters import cli as dead_letters
+
+    dead_letters.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "migrate":
         _migrate(args)
+    elif args.command == "dead-letters":
+        dead_letters.run(args)
     elif args.command == "token":
         _token(args)
     else:

@@ -9,6 +9,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from conversation_service.conversations.router import router as conversations_router
+from conversation_service.dead_letters.router import router as dead_letters_router
 from conversation_service.errors import install_error_handlers
 from conversation_service.health import router as health_router
 from conversation_service.interactions.router import router as agent_router
@@ -20,6 +21,7 @@ from shared.body_limit import BodySizeLimitMiddleware
 from shared.heap_profile import install_heap_profile
 from shared.http_metrics import HttpMetricsMiddleware
 from shared.logging import RequestIdMiddleware
+from shared.serving import Shutdown
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 
@@ -33,12 +35,15 @@ def create_app(settings: ConversationSettings | None = None) -> FastAPI:
         lifespan=lifespan(settings),
     )
     app.state.settings = settings
+    # Begun by the server on SIGTERM (``shared.serving``); the lifespan's exit drains within it.
+    app.state.shutdown = Shutdown(settings.shutdown_grace_s)
     install_error_handlers(app)
     app.include_router(health_router)
     app.include_router(conversations_router)
     app.include_router(messages_router)
     app.include_router(agent_router)
     app.include_router(ws_router)
+    app.include_router(dead_letters_router)
     install_heap_profile(app)  # only with DEBUG_HEAP_PROFILE=1
     app.mount("/ui", StaticFiles(directory=UI_DIR), name="ui")
 

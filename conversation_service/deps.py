@@ -18,6 +18,7 @@ from starlette.requests import HTTPConnection
 from conversation_service.auth.tokens import AuthenticatedUser, verify_token
 from conversation_service.conversations.service import get_owned_conversation
 from conversation_service.db.models import Conversation
+from conversation_service.dead_letters.replay import DeadLetterReplayer
 from conversation_service.errors import Unauthorized
 from conversation_service.interactions.service import AnswerService
 from conversation_service.lifespan import AgentParts, Realtime, Storage
@@ -54,6 +55,10 @@ async def _answers(conn: HTTPConnection) -> AnswerService:
     return conn.app.state.agent.answers
 
 
+async def _dead_letters(conn: HTTPConnection) -> DeadLetterReplayer:
+    return conn.app.state.dead_letters
+
+
 SettingsDep = Annotated[ConversationSettings, Depends(_settings)]
 MetricsDep = Annotated[ConversationMetrics, Depends(_metrics)]
 StorageDep = Annotated[Storage, Depends(_storage)]
@@ -61,6 +66,7 @@ RealtimeDep = Annotated[Realtime, Depends(_realtime)]
 AgentDep = Annotated[AgentParts, Depends(_agent)]
 MessageServiceDep = Annotated[MessageService, Depends(_messages)]
 AnswerServiceDep = Annotated[AnswerService, Depends(_answers)]
+DeadLetterReplayerDep = Annotated[DeadLetterReplayer, Depends(_dead_letters)]
 
 
 async def get_session(storage: StorageDep) -> AsyncIterator[AsyncSession]:

@@ -23,6 +23,7 @@ from conversation_service.agent_delegation.dispatcher import AgentReplyDispatche
 from conversation_service.agent_delegation.processor import AgentEventProcessor
 from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.db import migrate
+from conversation_service.dead_letters.replay import DeadLetterReplayer
 from conversation_service.db.repository import unit_of_work
 from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.history.extractor import HistoryExtractor
@@ -94,13 +95,14 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 config=settings.delegation.client_config(),
             ))
             # Replies and turns under way stop before the client they use closes.
-            tasks = app.state.tasks = await stack.enter_async_context(TaskSupervisor())
+            tasks = app.state.tasks = await stack.enter_async_context(TaskSupervisor(app.state.shutdown))
             replier = DirectLLMReplier(
                 storage.sessionmaker, llm, realtime.publisher, metrics.direct,
                 history_messages=settings.direct_history_messages, system_prompt=settings.direct_system_prompt,
             )
             agent = app.state.agent = await stack.enter_async_context(
                 build_agent(settings, storage, realtime, llm, client, replier, tasks, metrics))
+            app.state.dead_letters = DeadLetterReplayer(storage.sessionmaker, agent.delegation, tasks)
             app.state.messages = MessageService(
                 storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages,
                 max_chars=settings.max_message_chars,

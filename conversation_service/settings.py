@@ -36,6 +36,8 @@ class ConversationSettings(BaseSettings):
     agent_service_url: str = "http://127.0.0.1:8001"
     agent_service_api_key: SecretStr = SecretStr("")
 
+    # X-Operator-Key of the operator routes (replaying dead letters); unset, they answer 404.
+    operator_api_key: SecretStr = SecretStr("")
     auth_jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
     auth_jwt_leeway_s: float = Field(default=10.0, ge=0, le=300)
     dev_token_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
@@ -72,6 +74,9 @@ class ConversationSettings(BaseSettings):
     # balancer in front keeps it idle (nginx upstream keepalive_timeout: 60 s by default), so it is the
     # client that closes: a server-side close racing the client's reuse of the connection loses a request.
     keep_alive_timeout_s: int = Field(default=75, ge=1, le=3600)
+    # On SIGTERM: how long open connections and replies under way get before they are cut off.
+    # Keep it below the orchestrator's kill timeout (docker: 10 s, Kubernetes: 30 s).
+    shutdown_grace_s: float = Field(default=8.0, gt=0, le=600)
     log_level: str = "INFO"
 
     # The branches read their own variables when the tree is made (AGENT_ROUTING_ENABLED, the

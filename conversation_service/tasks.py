@@ -1,8 +1,9 @@
 """Background work owned by the app: reply tasks started by a POST that answered 202 already
 (``TaskSupervisor``), and jobs repeated while the app runs (``every``).
 
-Tasks are tracked so shutdown can cancel and await them, and their failures are logged instead of
-vanishing with an unretrieved exception.
+Tasks are tracked so shutdown can await and cancel them, and their failures are logged instead of
+vanishing with an unretrieved exception. On a graceful stop (SIGTERM, ``shared.serving``) replies under
+way get what is left of the grace period to finish; the rest are cancelled.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Self
 
+from shared.serving import Shutdown
+
 log = logging.getLogger(__name__)
 
 
 class TaskSupervisor:
-    def __init__(self) -> None:
+    def __init__(self, shutdown: Shutdown | None = None) -> None:
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._shutdown = shutdown
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task:
         if self._closed:
@@ -52,6 +56,14 @@ class TaskSupervisor:
 
     async def close(self) -> None:
         self._closed = True
+        if self._tasks and self._shutdown is not None and self._shutdown.begun.is_set():
+            # A graceful stop: let replies under way finish within the grace period that is left.
+            remaining = self._shutdown.remaining()
+            log.info("waiting for replies under way", extra={"tasks": len(self._tasks), "grace_s": remaining})
+            if remaining > 0:
+                await asyncio.wait(tuple(self._tasks), timeout=remaining)
+        if self._tasks:
+            log.info("cancelling background tasks", extra={"tasks": len(self._tasks)})
         for task in tuple(self._tasks):
             task.cancel()
         await asyncio.gather(*tuple(self._tasks), return_exceptions=True)

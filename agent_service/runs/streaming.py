@@ -3,6 +3,10 @@
 Order matters for "no gap, no duplicate": subscribe to the live run first (with a snapshot of its
 unwritten events), then read the log after ``after``, then follow the subscription, dropping every
 ``seq`` already sent.
+
+On a graceful stop (``stopping``, set by ``shared.serving`` on SIGTERM) every stream ends cleanly at
+once, whatever it was waiting for: the client resumes with ``Last-Event-ID`` on another replica or
+after the restart, and nothing holds the stop up until its grace period runs out.
 """
 
 from __future__ import annotations
@@ -41,12 +45,13 @@ class StreamSettings:
 class EventStreamer:
     def __init__(
         self, event_log: EventLog, sessionmaker: async_sessionmaker, settings: StreamSettings,
-        metrics: AgentMetrics | None = None,
+        metrics: AgentMetrics | None = None, stopping: asyncio.Event | None = None,
     ) -> None:
         self._log = event_log
         self._sessionmaker = sessionmaker
         self._settings = settings
         self._metrics = metrics
+        self._stopping = stopping
 
     def _observe(self, item: LiveEvent) -> None:
         # Called once ``write`` returned, i.e. the server has taken the bytes: this is the
@@ -71,7 +76,7 @@ class EventStreamer:
 
         Ends after the terminal event of ``until_run`` (execute: the run started or joined), or
         else of the run live at subscription time; with no live run, once the log is read; and
-        as soon as ``disconnected`` is set. ``live`` is a subscription taken before the run
+        as soon as ``disconnected`` or ``stopping`` is set. ``live`` is a subscription taken before the run
         emitted anything (``RunHandle.live``), with ``after`` just before the run's first seq: it
         holds every event to send.
         """
@@ -88,6 +93,7 @@ class EventStreamer:
             channel = self._log.channel(session_id)
         stop_run = until_run or live_run
         last = after
+        stops = [event for event in (disconnected, self._stopping) if event is not None]
         try:
             await write(encode_retry(settings.retry_ms))
             # 1. Replay: the log, merged with the live run's not-yet-written events.
@@ -124,21 +130,20 @@ class EventStreamer:
             # 2. Live tail from this process's run. Whether it ended with the run, by an overflow
             # (the client resumes with Last-Event-ID) or by a disconnect, nothing follows it.
             if sub is not None:
-                await self._tail(write, sub, last, stop_run, disconnected)
+                await self._tail(write, sub, last, stop_run, stops)
                 return
 
             # 3. No run here: if another process runs the session, follow its log.
-            await self._follow(write, session_id, last, stop_run, disconnected)
+            await self._follow(write, session_id, last, stop_run, stops)
         finally:
             if sub is not None:
                 self._log.unsubscribe(session_id, sub)
 
     async def _tail(
-        self, write: Write, sub: LiveSubscription, last: int, stop_run: str | None,
-        disconnected: asyncio.Event | None,
+        self, write: Write, sub: LiveSubscription, last: int, stop_run: str | None, stops: list[asyncio.Event],
     ) -> None:
         """Follow ``sub`` until the run's terminal event is written, the subscription ends, or
-        the client goes away. The writes happen in ``consume``, called by the run as it emits
+        one of ``stops`` is set (the client went away, the service is stopping). The writes happen in ``consume``, called by the run as it emits
         (see ``LiveSubscription.attach``), not in this coroutine."""
         finished = asyncio.Event()
         sent = last
@@ -161,7 +166,7 @@ class EventStreamer:
         handoff: Handoff[LiveEvent | bytes] = Handoff(
             consume, maxsize=sub.maxsize, name="agent-sse-tail", on_error=lambda _exc: finished.set()
         )
-        watched = [finished, sub.changed] + ([disconnected] if disconnected is not None else [])
+        watched = [finished, sub.changed, *stops]
         try:
             sub.attach(handoff)
             while not any(event.is_set() for event in watched):
@@ -169,18 +174,17 @@ class EventStreamer:
                     handoff.offer(HEARTBEAT)
             if sub.closed and not sub.overflowed and not finished.is_set():
                 # The run ended: what it published last may still be on its way to a slow client.
-                gone = [disconnected] if disconnected is not None else []
-                while handoff.busy and not any(event.is_set() for event in gone):
-                    await _wait_any([handoff.idle, *gone], None)
+                while handoff.busy and not any(event.is_set() for event in stops):
+                    await _wait_any([handoff.idle, *stops], None)
         finally:
             handoff.close()
 
     async def _follow(
-        self, write: Write, session_id: str, last: int, stop_run: str | None, disconnected: asyncio.Event | None,
+        self, write: Write, session_id: str, last: int, stop_run: str | None, stops: list[asyncio.Event],
     ) -> None:
         settings = self._settings
         last_beat = time.monotonic()
-        while disconnected is None or not disconnected.is_set():
+        while not any(event.is_set() for event in stops):
             # Status first, events second: once the status is no longer ACTIVE, the read that
             # follows holds every event the run wrote.
             status, current_run = await self._session_state(session_id)
@@ -200,7 +204,7 @@ class EventStreamer:
                 await write(HEARTBEAT)
                 last_beat = time.monotonic()
             # Polling is the cross-process fallback only; a run of this process is pushed live.
-            await _wait_any([disconnected] if disconnected is not None else [], settings.poll_seconds)
+            await _wait_any(stops, settings.poll_seconds)
 
 
 async def _wait_any(events: list[asyncio.Event], timeout: float | None) -> bool:

@@ -151,6 +151,14 @@ class AgentDelegation:
         """``interactions.service.AgentResumer``: the turn that hands the user's answer to the agent."""
         self.start(conversation, message, TurnRequest(text=answer.text, answer=answer, route_reason=reason))
 
+    async def run(self, conversation: Conversation, user_message: Message, request: TurnRequest) -> str:
+        """Run a turn in the caller's task, after the conversation's turns under way, and say how it
+        ended (``turns_total``'s outcome: complete, ask_user, agent_error, interrupted, fallback,
+        failed). A dead letter's replay: the same idempotency key as the message's first turn."""
+        turns = self._turns.get(conversation.id)
+        turns.begin()
+        return await self._run(conversation, user_message, request, turns, None)
+
     async def _read_history(self, session: AsyncSession, user_message: Message) -> list[Message]:
         """The finished messages before ``user_message`` that a turn's history is windowed from."""
         return await MessageRepository(session).complete_before(user_message, self._history.settings.max_input_messages)
@@ -158,12 +166,12 @@ class AgentDelegation:
     async def _run(
         self, conversation: Conversation, user_message: Message, request: TurnRequest, turns: ConversationTurns,
         claim: Claim | None,
-    ) -> None:
-        """One delegated message, in its own task; returns when the reply has ended."""
+    ) -> str:
+        """One delegated message; returns how it ended once the reply has ended."""
         token = conversation_id_var.set(conversation.id)
         try:
             async with turns.lock:
-                await self._run_turn(conversation, user_message, request, claim)
+                return await self._run_turn(conversation, user_message, request, claim)
         except Exception:
             # Last line of defence: the user must learn that this message got no answer.
             log.exception("agent turn failed", extra={"message_id": user_message.id})
@@ -173,13 +181,14 @@ class AgentDelegation:
                 {"code": "agent_failed", "text": "The agent could not answer this message. Please try again."},
                 boundary=True,
             )
+            return "failed"
         finally:
             turns.end()
             conversation_id_var.reset(token)
 
     async def _run_turn(
         self, conversation: Conversation, user_message: Message, request: TurnRequest, claim: Claim | None
-    ) -> None:
+    ) -> str:
         started = time.perf_counter()
         claimed = claim if claim is not None else await self._claim_session(conversation.id, user_message)
         if claimed is None:
@@ -190,7 +199,7 @@ class AgentDelegation:
                 boundary=True,
             )
             self._metrics.turns["failed"].inc()
-            return
+            return "failed"
         row, history_rows = claimed
         row_id, agent_session_id, profile_name = row.id, row.agent_session_id, row.profile_name
         chat_history, history_stats = await self._chat_history(conversation.id, history_rows)
@@ -208,7 +217,7 @@ class AgentDelegation:
         except CircuitOpenError:
             await self._fall_back(conversation, user_message, row_id, created_now=agent_session_id is None,
                                   code="circuit_open", detail="circuit breaker open", payload=None, attempts=0)
-            return
+            return "fallback"
 
         # One key per user message: a retry, or the same message delegated again after a restart,
         # joins the run the first try started instead of starting a second one.
@@ -216,8 +225,8 @@ class AgentDelegation:
         try:
             await stream.start()
         except AgentServiceError as error:
-            await self._start_failed(conversation, user_message, row_id, agent_session_id, execute, error, stream)
-            return
+            return await self._start_failed(conversation, user_message, row_id, agent_session_id, execute, error,
+                                            stream)
         except BaseException:
             self._breaker.release()
             await stream.aclose()
@@ -243,6 +252,7 @@ class AgentDelegation:
                     await _settle_opening(turn.opened)
         self._count_retries(stream)
         await self._settle(conversation, user_message, turn, outcome, execute, stream.retries + 1, is_probe)
+        return outcome.kind.value
 
     async def _claim_session(self, conversation_id: str, user_message: Message) -> Claim | None:
         """The conversation's open agent session (created if none) and the history rows before
@@ -317,7 +327,8 @@ class AgentDelegation:
         execute: ExecuteRequest,
         error: AgentServiceError,
         stream,
-    ) -> None:
+    ) -> str:
+        """The end of a turn whose execute failed: the direct LLM's answer, or the error shown."""
         self._count_retries(stream)
         attempts = stream.retries + 1
         if isinstance(error, UNHEALTHY_ERRORS):
@@ -327,7 +338,7 @@ class AgentDelegation:
                 code=type(error).__name__, detail=str(error), payload=_dead_letter_payload(execute),
                 attempts=attempts,
             )
-            return
+            return "fallback"
         # The service answered: it is up, but it refused this request (400, 408, 409, 413...).
         self._breaker.release()
         log.warning("agent refused the request", extra={"error_type": type(error).__name__,
@@ -348,6 +359,7 @@ class AgentDelegation:
         await self._processor.fail(turn, None, code=type(error).__name__, text=error.user_message,
                                    retryable=error.retryable)
         self._metrics.turns["failed"].inc()
+        return "failed"
 
     async def _settle(
         self,

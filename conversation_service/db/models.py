@@ -274,6 +274,12 @@ class DeadLetter(Base):
     payload: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+    # c0004: an operator's replay (``python -m conversation_service dead-letters replay``). Set when
+    # the replay claims the letter, so it is never replayed twice; the outcome once the turn ended
+    # (none: under way, or the replaying service stopped before it ended).
+    replayed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    replay_outcome: Mapped[str | None] = mapped_column(String(32))
+    replay_detail: Mapped[str | None] = mapped_column(Text)
 
 
 class ConversationSummary(Base):

@@ -31,10 +31,11 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def serve_app(app, port: int | None = None) -> AsyncIterator[str]:
-    """Run an ASGI app with uvicorn on 127.0.0.1 inside this event loop; yield its base URL."""
+async def serve_app(app, port: int | None = None, ws: str | type = "websockets-sansio") -> AsyncIterator[str]:
+    """Run an ASGI app with uvicorn on 127.0.0.1 inside this event loop; yield its base URL.
+    ``ws``: the WebSocket protocol, as the service's ``__main__`` sets it."""
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", ws="websockets-sansio")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", ws=ws)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
@@ -86,6 +87,14 @@ class ServiceProcess:
                     pass
                 await asyncio.sleep(0.05)
         raise TimeoutError(f"{self.module} did not become healthy:\n{self.log_path.read_text()[-4000:]}")
+
+    async def wait_exit(self, timeout: float) -> int | None:
+        """The exit code once the process has ended, or None if it still runs after ``timeout``."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return self.proc.poll()
 
     async def stop(self, kill: bool = False) -> None:
         if self.proc is None or self.proc.poll() is not None:

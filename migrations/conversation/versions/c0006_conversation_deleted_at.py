@@ -6,7 +6,7 @@ foreign keys, its messages and frames) lets that turn end without a failed write
 of the conversation answers 404 from the moment of the delete.
 
 Revision ID: c0006
-Revises: c0002
+Revises: c0004_dead_letter_replays
 Create Date: 2026-11-24
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "c0006"
-down_revision = "c0002"
+down_revision = "c0004_dead_letter_replays"
 branch_labels = None
 depends_on = None
 

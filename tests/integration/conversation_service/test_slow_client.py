@@ -6,6 +6,10 @@ WebSocket library stops pulling bytes from the socket after one buffered frame, 
 writes to it block once the kernel buffers are full. The server's bounded per-client queue
 (``WS_CLIENT_QUEUE_SIZE``) then overflows and the client is closed with 1013; it reconnects with
 ``after_seq`` and gets exactly what it missed.
+
+The close frame goes out behind what the server had already sent, without waiting for the client
+to read it: a client that stays stalled longer than the server's handler takes to finish still
+gets 1013 and its reason once it reads again, not a bare 1006 (``websocket.protocol``).
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ async def emit(publisher, conversation_id: str, n: int) -> None:
 
 def slow_consumers(app) -> float:
     return app.state.metrics.registry.get_sample_value("conversation_ws_slow_consumers_total")
+
+
+def open_connections(app) -> float:
+    return app.state.metrics.registry.get_sample_value("conversation_ws_connections")
 
 
 async def test_slow_client_is_dropped_and_resumes_while_the_fast_one_gets_everything(database_url: str) -> None:
@@ -111,3 +119,35 @@ async def test_slow_client_is_dropped_and_resumes_while_the_fast_one_gets_everyt
     assert [f["data"]["n"] for f in fast.frames] == list(range(1, published + 1))
     # Before the drop and after the resume: every frame exactly once, in order.
     assert before_close + resumed.frames == fast.frames
+
+
+async def test_a_client_stalled_past_its_drop_still_reads_1013(database_url: str) -> None:
+    settings = make_settings(database_url, ws_client_queue_size=QUEUE_SIZE)
+    async with running(settings) as (base, app):
+        publisher = app.state.realtime.publisher
+        async with httpx.AsyncClient() as client:
+            cid = (await new_conversation(client, base, "alice"))["id"]
+        slow = await connect_not_reading(base, cid, "alice", after_seq=0)
+        try:
+            async with asyncio.timeout(10):
+                while app.state.realtime.hub.subscriber_count(cid) < 1:
+                    await asyncio.sleep(0.01)
+            published = 0
+            while slow_consumers(app) == 0:
+                assert published < MAX_FRAMES, "the client that does not read was never dropped"
+                published += 1
+                await emit(publisher, cid, published)
+            # The server is done with the client (its handler returned) while the client still
+            # reads nothing: whatever close it wrote is in the socket by now.
+            async with asyncio.timeout(10):
+                while open_connections(app) > 0:
+                    await asyncio.sleep(0.01)
+            with pytest.raises(ConnectionClosed) as closed:
+                async with asyncio.timeout(20):
+                    while True:
+                        await slow.recv()
+            assert closed.value.rcvd is not None, "closed without a close frame (the client sees 1006)"
+            assert closed.value.rcvd.code == WS_TRY_AGAIN_LATER
+            assert closed.value.rcvd.reason == SLOW_CONSUMER_REASON
+        finally:
+            await slow.close()

@@ -223,3 +223,36 @@ async def test_a_disconnect_ends_the_stream_and_its_subscription(database_url: s
         log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text="t2"))
         await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
     assert client.seqs == [1]
+
+
+async def test_a_live_stream_ends_once_the_service_starts_stopping(database_url: str) -> None:
+    """A graceful stop ends the stream while its run still goes on: the client resumes elsewhere."""
+    async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, _log_reads, _metrics):
+        channel = log.open_channel("s1", "r1", 1)
+        stopping = asyncio.Event()
+        streamer = EventStreamer(log, sessionmaker, SETTINGS, stopping=stopping)
+        reader = asyncio.create_task(_read_all(streamer, "s1", 0, until_run="r1"))
+        while not channel.subscribers:
+            await asyncio.sleep(0)
+        log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text="t0"))
+        stopping.set()
+        seqs = await asyncio.wait_for(reader, 10)
+        assert seqs == [1]
+        assert not channel.subscribers
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+
+
+async def test_a_stream_following_another_replicas_run_ends_once_the_service_starts_stopping(
+    database_url: str,
+) -> None:
+    async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, log_reads, _metrics):
+        stopping = asyncio.Event()
+        streamer = EventStreamer(log, sessionmaker, SETTINGS, stopping=stopping)
+        # No channel here: session s1 is ACTIVE, so the stream polls the log for another process's run.
+        reader = asyncio.create_task(_read_all(streamer, "s1", 0))
+        async with asyncio.timeout(10):
+            while len(log_reads) < 3:  # it has polled the log several times, and still follows
+                await asyncio.sleep(0.01)
+        assert not reader.done()
+        stopping.set()
+        assert await asyncio.wait_for(reader, 10) == []
