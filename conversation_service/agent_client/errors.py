@@ -73,17 +73,8 @@ class AgentTimeoutError(AgentTransportError):
 class AgentHTTPError(AgentServiceError):
     """A non-2xx answer; ``error`` and ``detail`` come from its ``{"error", "detail"}`` body."""
 
-    user_message = "The agent could not handle this request."
-
     def __init__(
-        self,
-        status_code: int,
-        error: str | None = None,
-        detail: Any = None,
-        *,
-        request_id: str | None = None,
-        retryable: bool | None = None,
-        user_message: str | None = None,
+        self, status_code: int, error: str | None = None, detail: Any = None, *, request_id: str | None = None
     ) -> None:
         self.status_code = status_code
         self.error = error
@@ -97,7 +88,7 @@ class AgentHTTPError(AgentServiceError):
             if len(shown) > _MAX_DETAIL_IN_MESSAGE:
                 shown = shown[:_MAX_DETAIL_IN_MESSAGE] + "…"
             text += f": {shown}"
-        super().__init__(text, retryable=retryable, user_message=user_message)
+        super().__init__(text)
 
 
 class AgentBadRequestError(AgentHTTPError):

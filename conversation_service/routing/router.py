@@ -155,13 +155,8 @@ class MessageRouter:
         return RouteDecision(target=RouteTarget.AGENT, reason=wanted, message=message, explicit=explicit)
 
 
-_POSSIBLE = [
-    (RouteTarget.AGENT, RouteReason.EXPLICIT_COMMAND),
-    (RouteTarget.AGENT, RouteReason.ACTIVE_SESSION),
-    (RouteTarget.AGENT, RouteReason.INTENT_KEYWORD),
-    (RouteTarget.DIRECT, RouteReason.ROUTING_DISABLED),
-    (RouteTarget.DIRECT, RouteReason.ORG_DISABLED),
-    (RouteTarget.DIRECT, RouteReason.USER_DISABLED),
-    (RouteTarget.DIRECT, RouteReason.AGENT_UNAVAILABLE),
-    (RouteTarget.DIRECT, RouteReason.DEFAULT),
+_WANTED = (RouteReason.EXPLICIT_COMMAND, RouteReason.ACTIVE_SESSION, RouteReason.INTENT_KEYWORD)
+# Every decision ``route`` can take (PENDING_QUESTION is the dispatcher's, never the router's).
+_POSSIBLE = [(RouteTarget.AGENT, reason) for reason in _WANTED] + [
+    (RouteTarget.DIRECT, reason) for reason in RouteReason if reason not in (*_WANTED, RouteReason.PENDING_QUESTION)
 ]
