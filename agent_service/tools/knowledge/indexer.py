@@ -40,15 +40,6 @@ class IndexReport:
     skipped: int
 
 
-def knowledge_sources(knowledge_dir: Path | str | Sequence[Path | str] | None) -> list[Path]:
-    """Normalise the configured location(s): one folder, several paths, or None for the defaults."""
-    if knowledge_dir is None:
-        return list(DEFAULT_KNOWLEDGE_SOURCES)
-    if isinstance(knowledge_dir, (str, Path)):
-        return [Path(knowledge_dir)]
-    return [Path(p) for p in knowledge_dir]
-
-
 def _title(text: str, path: Path) -> str:
     for line in text.splitlines():
         match = re.match(r"^#\s+(.+?)\s*#*\s*$", line)
@@ -129,8 +120,7 @@ class KnowledgeIndexer:
         return report
 
 
-async def index_knowledge(
-    sessionmaker: async_sessionmaker, knowledge_dir: Path | str | Sequence[Path | str] | None = None
-) -> IndexReport:
-    """Start-up entry point: (re)load the knowledge sources into the database."""
-    return await KnowledgeIndexer(sessionmaker, knowledge_sources(knowledge_dir)).reindex()
+async def index_knowledge(sessionmaker: async_sessionmaker, knowledge_dir: Path | None = None) -> IndexReport:
+    """Start-up entry point: (re)load ``knowledge_dir`` (the defaults when None) into the database."""
+    sources = [knowledge_dir] if knowledge_dir is not None else list(DEFAULT_KNOWLEDGE_SOURCES)
+    return await KnowledgeIndexer(sessionmaker, sources).reindex()
