@@ -102,11 +102,8 @@ class RequestIdMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        raw = None
-        for name, value in scope.get("headers", ()):
-            if name == b"x-request-id":
-                raw = value.decode("latin-1")
-                break
+        headers = scope.get("headers", ())
+        raw = next((value.decode("latin-1") for name, value in headers if name == b"x-request-id"), None)
         request_id = _clean_request_id(raw)
         token = request_id_var.set(request_id)
 
