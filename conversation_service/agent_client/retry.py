@@ -1,10 +1,7 @@
-"""Retries by error category, with tenacity.
-
-Only calls that are safe to repeat are retried: GETs, cancel, and ``POST execute`` because it
-always carries the same ``Idempotency-Key`` (a repeat joins the run the first try started). The
-policy, per the spec: 503/429 and connection failures are retried with the configured backoff
-(1 s, 2 s, 4 s), a 500 (or another 5xx) only ``server_error_retries`` times, and 408, 4xx,
-protocol errors and spent timeouts never.
+"""Retries by error category, with tenacity (spec Story 7): 503/429 and connection failures with the
+backoff, a 500 ``server_error_retries`` times, 408, other 4xx, protocol errors and spent timeouts
+never. Only calls safe to repeat come here: GETs, cancel, and ``POST execute`` with its one
+``Idempotency-Key`` (a repeat joins the run the first try started).
 """
 
 from __future__ import annotations

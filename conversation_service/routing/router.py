@@ -4,9 +4,6 @@ A decision is pure computation on its inputs (the text, who sends it, whether th
 an open agent session, whether the agent is available): no I/O, patterns compiled once, so it
 stays well under a millisecond. The circuit breaker is not owned here; its state comes in as
 ``agent_available`` (a flag or a callable, read only when the agent is actually wanted).
-
-Order of the rules: the global switch, then organisation and user switches, then whether the agent
-is wanted (explicit command, open agent session, intent keyword), then availability.
 """
 
 from __future__ import annotations
