@@ -43,22 +43,9 @@ class HistoryExtractor:
         if settings.strategy is HistoryStrategyName.SUMMARY and llm is None:
             raise ValueError("HISTORY_STRATEGY=summary needs an LLM provider to write the summaries")
         self.settings = settings
-        self._counter = TokenCounter(
-            settings.encoding, cache_size=settings.token_cache_size, offload_chars=settings.offload_chars
-        )
+        self._counter = TokenCounter(settings)
         self._cache: SummaryCache = summary_cache if summary_cache is not None else InMemorySummaryCache()
-        self._summarizer = (
-            Summarizer(
-                llm,
-                encoding=settings.encoding,
-                max_tokens=settings.summary_max_tokens,
-                chunk_tokens=settings.summary_chunk_tokens,
-                timeout_seconds=settings.summary_timeout_seconds,
-                model=settings.summary_model,
-            )
-            if llm is not None
-            else None
-        )
+        self._summarizer = Summarizer(llm, settings) if llm is not None else None
         # One refresh per conversation at a time in this process: concurrent turns reuse its result
         # instead of paying for the same LLM call twice.
         self._locks = KeyedLock()
