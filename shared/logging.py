@@ -43,14 +43,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for name, var in (
-            ("request_id", request_id_var),
-            ("session_id", session_id_var),
-            ("conversation_id", conversation_id_var),
-        ):
-            value = var.get()
-            if value is not None:
-                out[name] = value
+        for var in (request_id_var, session_id_var, conversation_id_var):
+            if (value := var.get()) is not None:
+                out[var.name] = value
         for key, value in record.__dict__.items():
             if key not in _RESERVED and not key.startswith("_"):
                 out[key] = value
