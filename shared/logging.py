@@ -1,9 +1,6 @@
-"""Structured JSON logs with correlation ids.
-
-``request_id`` and ``session_id`` live in context variables: set them once at the edge (HTTP
-middleware, run task) and every log line written in that context carries them. Message bodies and
-secrets are never passed to the logger; log ids, sizes and outcomes instead.
-"""
+"""Structured JSON logs with correlation ids, kept in context variables: set once at the edge (HTTP
+middleware, run task), they go on every line written in that context. Message bodies and secrets
+are never logged; ids, sizes and outcomes are."""
 
 from __future__ import annotations
 

@@ -166,9 +166,7 @@ def error_for_status(status_code: int, body: bytes, *, request_id: str | None = 
         raw_error = parsed.get("error")
         error = raw_error[:128] if isinstance(raw_error, str) else None
         detail = parsed.get("detail")
-    cls = _STATUS_ERRORS.get(status_code)
-    if cls is None:
-        cls = AgentServerError if status_code >= 500 else AgentHTTPError
+    cls = _STATUS_ERRORS.get(status_code) or (AgentServerError if status_code >= 500 else AgentHTTPError)
     return cls(status_code, error, detail, request_id=request_id)
 
 

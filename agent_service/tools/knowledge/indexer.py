@@ -1,8 +1,5 @@
-"""Loading the knowledge sources into the database, idempotently by content hash.
-
-Run at service start-up: unchanged files are skipped, changed ones replaced, new ones added and
-documents whose file is gone removed, so the table always mirrors the sources. Reading and hashing
-files happens in a worker thread, off the event loop.
+"""Loading the knowledge sources into the database at start-up, idempotently by content hash, so the
+table always mirrors the sources. Files are read and hashed in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
