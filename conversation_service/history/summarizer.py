@@ -62,12 +62,9 @@ class Summarizer:
         )
 
     def _transcript(self, previous: str | None, items: Sequence[HistoryItem]) -> str:
-        parts: list[str] = []
+        parts = ["Conversation:"]
         if previous:
-            parts.append(f"Summary of the conversation so far:\n{previous}\n")
-            parts.append("Messages that followed:")
-        else:
-            parts.append("Conversation:")
+            parts = [f"Summary of the conversation so far:\n{previous}\n", "Messages that followed:"]
         for item in items:
             # One oversized message must not blow the prompt; the summariser sees its beginning.
             text = truncate_to_tokens(item.content, self._settings.summary_chunk_tokens, self._settings.encoding)
