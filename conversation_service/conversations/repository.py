@@ -19,10 +19,9 @@ class ConversationRepository(Repository):
 
     async def get_owned(self, conversation_id: str, owner_id: str) -> Conversation | None:
         """The conversation when it belongs to ``owner_id``; None for a stranger or no such id."""
-        result = await self.session.execute(
+        return await self.session.scalar(
             select(Conversation).where(Conversation.id == conversation_id, Conversation.owner_id == owner_id)
         )
-        return result.scalar_one_or_none()
 
     async def list_for_owner(self, owner_id: str, *, limit: int, offset: int) -> list[Conversation]:
         result = await self.session.execute(
