@@ -1,11 +1,8 @@
 """Safe arithmetic: the one evaluator behind the ``calculator`` tool and the built-in model.
 
-Nothing is ever passed to ``eval``/``exec``: the expression is parsed with ``ast``, its tree is
-checked against a whitelist (numbers, the arithmetic operators, parentheses, ``pi``, ``e`` and a few
-named math functions), and only then walked to a value. Every dimension is bounded so a hostile
-expression cannot burn CPU or memory: its length, its nesting depth, exponents, and the magnitude
-of every intermediate result. Every refusal is an ``ExpressionError`` whose message says what is
-wrong, in words a user can act on.
+Nothing reaches ``eval``: the ``ast`` tree is checked against a whitelist, then walked to a value.
+Length, nesting depth, exponents and every intermediate result are bounded, so a hostile expression
+cannot burn CPU or memory; every refusal is an ``ExpressionError`` saying what is wrong.
 """
 
 from __future__ import annotations

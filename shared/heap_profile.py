@@ -1,13 +1,8 @@
-"""Opt-in heap profiling of a running service: ``GET /debug/heap``.
+"""Opt-in heap profiling of a running service: ``GET /debug/heap`` (``loadtests/leak_check.py``).
 
-Off unless ``DEBUG_HEAP_PROFILE=1``: then ``tracemalloc`` starts when the app is built and the
-route answers with the traced heap (total, peak), the largest allocation sites, the sites that grew
-most since the previous call, the number of live asyncio tasks and gc counts. Disabled, the route
-does not exist (404) and nothing is traced: tracing costs CPU and memory on every allocation.
-
-The answer holds file names, line numbers, sizes and counts only, never object contents, so no
-message body or secret can leak through it. It is a diagnostic for load tests (``loadtests/
-leak_check.py``); do not enable it on a replica that is reachable from outside.
+Off unless ``DEBUG_HEAP_PROFILE=1``: tracing costs CPU and memory on every allocation, so disabled
+the route does not exist and nothing is traced. The answer holds file names, line numbers, sizes
+and counts, never object contents; still, do not enable it on a replica reachable from outside.
 """
 
 from __future__ import annotations

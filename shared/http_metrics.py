@@ -1,18 +1,11 @@
 """HTTP request count and latency for either service, on the app's own Prometheus registry.
 
-``http_requests_total{method,route,status}`` and ``http_request_duration_seconds{method,route}``.
-``route`` is the route template (``/conversations/{conversation_id}/messages``), never the raw path,
-so the number of series stays bounded whatever ids clients send; a path that matches no route is
-``unmatched``.
+``route`` is the route template, never the raw path, so the number of series stays bounded whatever
+ids clients send. The duration runs until the response headers are sent: for a stream (SSE) that is
+the time to its start, the latency a caller feels, not the run's length.
 
-The duration runs until the response headers are sent. For an ordinary response that is the whole
-handling time; for a stream (SSE ``execute``, session ``events``) it is the time to the stream's
-start, which is the latency a caller feels. Measuring to the end of a stream would report a run's
-length as if it were slowness.
-
-The registry is created in each app's lifespan, after the middleware stack is built, so the
-lifespan calls ``install_http_metrics(app, registry)`` and the middleware finds the metrics on
-``app.state``; until then (and for WebSockets and lifespan events) it only passes requests through.
+The registry is made in the lifespan, after the middleware stack, so ``install_http_metrics`` puts
+the metrics on ``app.state``; until then the middleware only passes requests through.
 """
 
 from __future__ import annotations

@@ -24,9 +24,7 @@ class KeyedLock:
 
     @asynccontextmanager
     async def __call__(self, key: Hashable) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (None, 0))
-        if lock is None:
-            lock = asyncio.Lock()
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
         self._locks[key] = (lock, users + 1)
         try:
             async with lock:

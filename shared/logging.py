@@ -1,9 +1,6 @@
-"""Structured JSON logs with correlation ids.
-
-``request_id`` and ``session_id`` live in context variables: set them once at the edge (HTTP
-middleware, run task) and every log line written in that context carries them. Message bodies and
-secrets are never passed to the logger; log ids, sizes and outcomes instead.
-"""
+"""Structured JSON logs with correlation ids, kept in context variables: set once at the edge (HTTP
+middleware, run task), they go on every line written in that context. Message bodies and secrets
+are never logged; ids, sizes and outcomes are."""
 
 from __future__ import annotations
 
@@ -43,14 +40,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for name, var in (
-            ("request_id", request_id_var),
-            ("session_id", session_id_var),
-            ("conversation_id", conversation_id_var),
-        ):
-            value = var.get()
-            if value is not None:
-                out[name] = value
+        for var in (request_id_var, session_id_var, conversation_id_var):
+            if (value := var.get()) is not None:
+                out[var.name] = value
         for key, value in record.__dict__.items():
             if key not in _RESERVED and not key.startswith("_"):
                 out[key] = value
@@ -102,11 +94,8 @@ class RequestIdMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        raw = None
-        for name, value in scope.get("headers", ()):
-            if name == b"x-request-id":
-                raw = value.decode("latin-1")
-                break
+        headers = scope.get("headers", ())
+        raw = next((value.decode("latin-1") for name, value in headers if name == b"x-request-id"), None)
         request_id = _clean_request_id(raw)
         token = request_id_var.set(request_id)
 

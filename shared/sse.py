@@ -120,8 +120,7 @@ class SSEDecoder:
             self.comments += 1
             return None
         name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
+        value = value.removeprefix(" ")
         if name == "data":
             self._data.append(value)
             self._has_fields = True
@@ -132,29 +131,22 @@ class SSEDecoder:
             if "\0" not in value:
                 self._id = value
                 self._has_fields = True
-        elif name == "retry":
-            if value.isdigit():
-                self._retry = int(value)
+        elif name == "retry" and value.isdigit():
+            self._retry = int(value)
         return None
 
     def _dispatch(self) -> ServerSentEvent | None:
         if self._id is not None:
             self.last_event_id = self._id
-        if not self._data:
-            self._reset()
-            return None
-        event = ServerSentEvent(
-            event=self._event or "message", data="\n".join(self._data), id=self._id, retry=self._retry
-        )
-        self._reset()
-        return event
-
-    def _reset(self) -> None:
+        event = None
+        if self._data:  # an event without data dispatches nothing (the spec's rule)
+            event = ServerSentEvent(self._event or "message", "\n".join(self._data), self._id, self._retry)
         self._data = []
         self._event = None
         self._id = None
         self._retry = None
         self._has_fields = False
+        return event
 
     @property
     def has_partial_event(self) -> bool:

@@ -1,9 +1,5 @@
-"""Token counting with a real BPE tokenizer that works offline.
-
-``bpe-openai`` ships the cl100k/o200k vocabularies inside its wheel, so nothing is downloaded at
-run time. Counts follow OpenAI's chat accounting: a few tokens of framing per message on top of
-the content's tokens.
-"""
+"""Token counting with a real BPE tokenizer that works offline (``bpe-openai`` ships its vocabularies
+in the wheel), following OpenAI's chat accounting: a few tokens of framing per message."""
 
 from __future__ import annotations
 

@@ -21,9 +21,7 @@ class ProfileStore:
 
     @classmethod
     def from_file(cls, path: Path) -> ProfileStore:
-        with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle)
-        return cls(ProfilesFile.model_validate(raw).profiles)
+        return cls(ProfilesFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8"))).profiles)
 
     def get(self, name: str) -> Profile:
         try:

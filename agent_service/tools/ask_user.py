@@ -1,12 +1,8 @@
 """``ask_user``: the model asks the user a question and waits for the answer.
 
-This tool is never executed like the others. The run engine intercepts a call to
-``ASK_USER_TOOL_NAME`` before dispatch: it persists the run's state, marks the session
-``AWAITING_USER``, emits an ``ASK_USER`` event (``question_id``, ``question``, ``expires_at``) and
-ends the stream. When an execute request carries the ``answer``, the engine appends it to the
-transcript as this call's tool result and the run resumes. Only the spec below is shared with the
-model; ``run`` exists to turn a missing interception into an error the model can read instead
-of a silent success.
+The run engine intercepts this call before dispatch: it pauses the run (``AWAITING_USER``, an
+``ASK_USER`` event) and resumes it when an execute request brings the ``answer``, which becomes this
+call's result. ``run`` only turns a missing interception into an error the model can read.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The tool interface: one module per tool, each a ``Tool`` subclass, collected in a registry.
+"""The tool interface: a name, a description the model reads and a JSON Schema of the arguments.
 
-A tool declares its name, a description the model reads, and a JSON Schema for its arguments.
 ``run`` returns a JSON-serialisable result or raises ``ToolError`` with a message the model can
 read and act on (the run goes on; TOOL_END reports ``ok: false``).
 """

@@ -1,8 +1,4 @@
-"""``knowledge_search``: ranked full-text search over the knowledge base.
-
-The documents are loaded from folders by ``knowledge.indexer`` at start-up (the project's own docs by
-default); this tool only queries them through ``knowledge.repository``.
-"""
+"""``knowledge_search``: ranked full-text search over what ``knowledge.indexer`` loaded at start-up."""
 
 from __future__ import annotations
 
@@ -15,6 +11,7 @@ from agent_service.tools.knowledge.repository import KnowledgeRepository, query_
 
 MAX_QUERY_CHARS = 500
 MAX_TOP_K = 10
+DEFAULT_TOP_K = 5
 MAX_SNIPPET_CHARS = 400
 
 
@@ -34,11 +31,8 @@ class KnowledgeSearchTool(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, sessionmaker: async_sessionmaker, top_k: int = 5) -> None:
-        if not 1 <= top_k <= MAX_TOP_K:
-            raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}")
+    def __init__(self, sessionmaker: async_sessionmaker) -> None:
         self.sessionmaker = sessionmaker
-        self.top_k = top_k
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         query = args.get("query")
@@ -46,7 +40,7 @@ class KnowledgeSearchTool(Tool):
             raise ToolError("'query' (a non-empty string) is required")
         if len(query) > MAX_QUERY_CHARS:
             raise ToolError(f"the query is too long (at most {MAX_QUERY_CHARS} characters)")
-        top_k = args.get("top_k", self.top_k)
+        top_k = args.get("top_k", DEFAULT_TOP_K)
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
             raise ToolError(f"'top_k' must be an integer between 1 and {MAX_TOP_K}")
         terms = query_terms(query)

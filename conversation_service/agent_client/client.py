@@ -148,23 +148,14 @@ class AgentServiceClient:
         )
 
     async def get_session_status(self, session_id: str) -> SessionStatusResponse:
-        path = f"{API_PREFIX}/sessions/{quote(_check_token('session_id', session_id), safe='')}"
-        return self._session_status(await self._call_json("get_session_status", "GET", path))
-
-    @staticmethod
-    def _session_status(body: Any) -> SessionStatusResponse:
-        try:
-            return SessionStatusResponse.model_validate(body)
-        except pydantic.ValidationError as exc:
-            raise AgentProtocolError("invalid session status from the Agent Service") from exc
+        return await self._session_call("get_session_status", "GET", session_id, "")
 
     async def cancel(self, session_id: str) -> SessionStatusResponse:
         """Cancels the session's running or paused run (it ends with ERROR ``CANCELLED``).
 
         Raises :class:`AgentConflictError` when there is nothing to cancel.
         """
-        path = f"{API_PREFIX}/sessions/{quote(_check_token('session_id', session_id), safe='')}/cancel"
-        return self._session_status(await self._call_json("cancel", "POST", path))
+        return await self._session_call("cancel", "POST", session_id, "/cancel")
 
     async def health(self) -> dict[str, Any]:
         """``GET /health``, tried once: a health check reports the state now, it does not wait it out."""
@@ -172,6 +163,14 @@ class AgentServiceClient:
         if not isinstance(body, dict):
             raise AgentProtocolError("invalid health answer from the Agent Service")
         return body
+
+    async def _session_call(self, operation: str, method: str, session_id: str, suffix: str) -> SessionStatusResponse:
+        path = f"{API_PREFIX}/sessions/{quote(_check_token('session_id', session_id), safe='')}{suffix}"
+        body = await self._call_json(operation, method, path)
+        try:
+            return SessionStatusResponse.model_validate(body)
+        except pydantic.ValidationError as exc:
+            raise AgentProtocolError("invalid session status from the Agent Service") from exc
 
     # -- internals used by AgentEventStream ----------------------------------------------------
 

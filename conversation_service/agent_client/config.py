@@ -1,10 +1,4 @@
-"""Timeouts and retry knobs of the ``AgentServiceClient``.
-
-The defaults are the spec's numbers (Story 7): 60 s until an execution answers with its first
-event, 5 minutes for a whole stream, an SSE idle timeout larger than twice the 15 s heartbeat,
-and retries after 1 s, 2 s and 4 s. The conversation service fills this from its Settings; tests
-shrink the delays so a retry schedule can be asserted quickly.
-"""
+"""Timeouts and retry knobs of the ``AgentServiceClient``; the defaults are the spec's numbers (Story 7)."""
 
 from __future__ import annotations
 

@@ -73,17 +73,8 @@ class AgentTimeoutError(AgentTransportError):
 class AgentHTTPError(AgentServiceError):
     """A non-2xx answer; ``error`` and ``detail`` come from its ``{"error", "detail"}`` body."""
 
-    user_message = "The agent could not handle this request."
-
     def __init__(
-        self,
-        status_code: int,
-        error: str | None = None,
-        detail: Any = None,
-        *,
-        request_id: str | None = None,
-        retryable: bool | None = None,
-        user_message: str | None = None,
+        self, status_code: int, error: str | None = None, detail: Any = None, *, request_id: str | None = None
     ) -> None:
         self.status_code = status_code
         self.error = error
@@ -97,7 +88,7 @@ class AgentHTTPError(AgentServiceError):
             if len(shown) > _MAX_DETAIL_IN_MESSAGE:
                 shown = shown[:_MAX_DETAIL_IN_MESSAGE] + "…"
             text += f": {shown}"
-        super().__init__(text, retryable=retryable, user_message=user_message)
+        super().__init__(text)
 
 
 class AgentBadRequestError(AgentHTTPError):
@@ -175,9 +166,7 @@ def error_for_status(status_code: int, body: bytes, *, request_id: str | None = 
         raw_error = parsed.get("error")
         error = raw_error[:128] if isinstance(raw_error, str) else None
         detail = parsed.get("detail")
-    cls = _STATUS_ERRORS.get(status_code)
-    if cls is None:
-        cls = AgentServerError if status_code >= 500 else AgentHTTPError
+    cls = _STATUS_ERRORS.get(status_code) or (AgentServerError if status_code >= 500 else AgentHTTPError)
     return cls(status_code, error, detail, request_id=request_id)
 
 

@@ -1,10 +1,7 @@
-"""Retries by error category, with tenacity.
-
-Only calls that are safe to repeat are retried: GETs, cancel, and ``POST execute`` because it
-always carries the same ``Idempotency-Key`` (a repeat joins the run the first try started). The
-policy, per the spec: 503/429 and connection failures are retried with the configured backoff
-(1 s, 2 s, 4 s), a 500 (or another 5xx) only ``server_error_retries`` times, and 408, 4xx,
-protocol errors and spent timeouts never.
+"""Retries by error category, with tenacity (spec Story 7): 503/429 and connection failures with the
+backoff, a 500 ``server_error_retries`` times, 408, other 4xx, protocol errors and spent timeouts
+never. Only calls safe to repeat come here: GETs, cancel, and ``POST execute`` with its one
+``Idempotency-Key`` (a repeat joins the run the first try started).
 """
 
 from __future__ import annotations
@@ -39,35 +36,29 @@ class RetryEvent:
 RetryHook = Callable[[RetryEvent], None]
 
 
-class _CategoryPolicy:
-    """Decides, for one call, whether an error is worth another try."""
-
-    def __init__(self, config: AgentClientConfig) -> None:
-        self._config = config
-        self._server_errors = 0
-
-    def __call__(self, state: RetryCallState) -> bool:
-        assert state.outcome is not None
-        exc = state.outcome.exception()
-        if not isinstance(exc, AgentServiceError) or not exc.retryable:
-            return False
-        if isinstance(exc, AgentServerError):
-            # Counted per call, so a 503 then a 500 still gives the 500 its one retry.
-            self._server_errors += 1
-            return self._server_errors <= self._config.server_error_retries
-        return True
-
-
 async def call_with_retries(
     operation: str,
     fn: Callable[[], Awaitable[T]],
     *,
     config: AgentClientConfig,
     sleep: Sleep,
-    on_retry: Callable[[RetryEvent], None] | None = None,
+    on_retry: RetryHook | None = None,
 ) -> T:
     """Run ``fn`` until it succeeds, the error is not retryable, or the delays are spent."""
     delays = config.retry_delays
+    server_errors = 0
+
+    def worth_retrying(state: RetryCallState) -> bool:
+        nonlocal server_errors
+        assert state.outcome is not None
+        exc = state.outcome.exception()
+        if not isinstance(exc, AgentServiceError) or not exc.retryable:
+            return False
+        if isinstance(exc, AgentServerError):
+            # Counted per call, so a 503 then a 500 still gives the 500 its one retry.
+            server_errors += 1
+            return server_errors <= config.server_error_retries
+        return True
 
     def wait(state: RetryCallState) -> float:
         # tenacity asks for the wait before it checks the stop condition, so past the last delay
@@ -97,7 +88,7 @@ async def call_with_retries(
         sleep=sleep,
         stop=stop_after_attempt(config.max_attempts),
         wait=wait,
-        retry=_CategoryPolicy(config),
+        retry=worth_retrying,
         before_sleep=before_sleep,
         reraise=True,
     )

@@ -8,11 +8,13 @@ back only the failed insert: the caller's transaction stays usable and sees a do
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from conversation_service.agent_sessions.errors import AgentSessionConflict, UnknownConversation
 from conversation_service.db.models import (
@@ -27,17 +29,30 @@ _OPEN = [status.value for status in NON_TERMINAL_AGENT_SESSION_STATUSES]
 MAX_STALE_BATCH = 1000
 
 
-def _constraint_of(exc: IntegrityError) -> str:
-    """Which constraint an IntegrityError broke, from the driver's message (asyncpg names the
-    constraint, SQLite names the columns and says FOREIGN KEY)."""
+def _domain_error(exc: IntegrityError) -> Exception | None:
+    """The domain error for the constraint an IntegrityError broke, read from the driver's message
+    (asyncpg names the constraint, SQLite names the columns and says FOREIGN KEY)."""
     text = str(exc.orig).lower() if exc.orig is not None else str(exc).lower()
     if "one_open" in text or "conversation_agent_sessions.conversation_id" in text:
-        return "one_open"
+        return AgentSessionConflict("the conversation already has an open agent session")
     if "agent_session_id" in text:
-        return "agent_session_id"
+        return AgentSessionConflict("the agent session is already mapped to a conversation")
     if "foreign key" in text or "fk_conversation_agent_sessions_conversation_id" in text:
-        return "conversation"
-    return "unknown"
+        return UnknownConversation("no such conversation")
+    return None
+
+
+@asynccontextmanager
+async def _savepoint(session: AsyncSession) -> AsyncIterator[None]:
+    """A SAVEPOINT whose constraint violation becomes the domain error (an unknown one re-raises)."""
+    try:
+        async with session.begin_nested():
+            yield
+    except IntegrityError as exc:
+        error = _domain_error(exc)
+        if error is None:
+            raise
+        raise error from None
 
 
 class AgentSessionRepository(Repository):
@@ -66,19 +81,9 @@ class AgentSessionRepository(Repository):
             created_at=now,
             last_interaction_at=now,
         )
-        try:
-            async with self.session.begin_nested():
-                self.session.add(row)
-                await self.session.flush()
-        except IntegrityError as exc:
-            kind = _constraint_of(exc)
-            if kind == "one_open":
-                raise AgentSessionConflict("the conversation already has an open agent session") from None
-            if kind == "agent_session_id":
-                raise AgentSessionConflict("the agent session is already mapped to a conversation") from None
-            if kind == "conversation":
-                raise UnknownConversation("no such conversation") from None
-            raise
+        async with _savepoint(self.session):
+            self.session.add(row)
+            await self.session.flush()
         return row
 
     async def get_by_id(self, row_id: str) -> ConversationAgentSession | None:
@@ -129,52 +134,26 @@ class AgentSessionRepository(Repository):
         values: dict[str, object] = {"status": status.value, "last_interaction_at": now or utcnow()}
         if status.value not in _OPEN:
             values["pending_question_id"] = None
-        try:
-            async with self.session.begin_nested():
-                return await self.session.scalar(
-                    update(ConversationAgentSession)
-                    .where(*conditions)
-                    .values(**values)
-                    .returning(ConversationAgentSession)
-                    .execution_options(populate_existing=True)
-                )
-        except IntegrityError as exc:
-            # Reopening a finished session while another one is open breaks the partial index.
-            if _constraint_of(exc) == "one_open":
-                raise AgentSessionConflict("the conversation already has an open agent session") from None
-            raise
+        # Reopening a finished session while another one is open breaks the partial index.
+        async with _savepoint(self.session):
+            return await self._update(*conditions, **values)
 
     async def set_agent_session_id(
         self, row_id: str, agent_session_id: str
     ) -> ConversationAgentSession | None:
         """Record the Agent Service's session id once it is known. It never changes afterwards:
         None when the row holds another id already (or is missing)."""
-        try:
-            async with self.session.begin_nested():
-                return await self.session.scalar(
-                    update(ConversationAgentSession)
-                    .where(
-                        ConversationAgentSession.id == row_id,
-                        (ConversationAgentSession.agent_session_id.is_(None))
-                        | (ConversationAgentSession.agent_session_id == agent_session_id),
-                    )
-                    .values(agent_session_id=agent_session_id, last_interaction_at=utcnow())
-                    .returning(ConversationAgentSession)
-                    .execution_options(populate_existing=True)
-                )
-        except IntegrityError as exc:
-            if _constraint_of(exc) == "agent_session_id":
-                raise AgentSessionConflict("the agent session is already mapped to a conversation") from None
-            raise
+        async with _savepoint(self.session):
+            return await self._update(
+                ConversationAgentSession.id == row_id,
+                (ConversationAgentSession.agent_session_id.is_(None))
+                | (ConversationAgentSession.agent_session_id == agent_session_id),
+                agent_session_id=agent_session_id,
+                last_interaction_at=utcnow(),
+            )
 
     async def touch(self, row_id: str, *, now: datetime | None = None) -> ConversationAgentSession | None:
-        return await self.session.scalar(
-            update(ConversationAgentSession)
-            .where(ConversationAgentSession.id == row_id)
-            .values(last_interaction_at=now or utcnow())
-            .returning(ConversationAgentSession)
-            .execution_options(populate_existing=True)
-        )
+        return await self._update(ConversationAgentSession.id == row_id, last_interaction_at=now or utcnow())
 
     async def advance_event_seq(self, row_id: str, seq: int) -> bool:
         """Remember the highest Agent Service event consumed (the resume point); never moves back."""
@@ -189,12 +168,8 @@ class AgentSessionRepository(Repository):
     async def set_pending_question(
         self, row_id: str, question_id: str | None
     ) -> ConversationAgentSession | None:
-        return await self.session.scalar(
-            update(ConversationAgentSession)
-            .where(ConversationAgentSession.id == row_id)
-            .values(pending_question_id=question_id, last_interaction_at=utcnow())
-            .returning(ConversationAgentSession)
-            .execution_options(populate_existing=True)
+        return await self._update(
+            ConversationAgentSession.id == row_id, pending_question_id=question_id, last_interaction_at=utcnow()
         )
 
     async def list_stale(
@@ -217,3 +192,13 @@ class AgentSessionRepository(Repository):
             .limit(limit)
         )
         return list(result)
+
+    async def _update(self, *conditions: ColumnElement[bool], **values: object) -> ConversationAgentSession | None:
+        """The row matching ``conditions`` after setting ``values``; None when none matches."""
+        return await self.session.scalar(
+            update(ConversationAgentSession)
+            .where(*conditions)
+            .values(**values)
+            .returning(ConversationAgentSession)
+            .execution_options(populate_existing=True)
+        )

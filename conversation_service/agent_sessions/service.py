@@ -1,8 +1,5 @@
 """Session correlation rules on top of the repository: get-or-create of a conversation's open
-session, the allowed status transitions, stale-session cleanup.
-
-Methods only flush; the unit of work that called them commits.
-"""
+session, the allowed status transitions, stale-session cleanup."""
 
 from __future__ import annotations
 

@@ -36,10 +36,9 @@ class ConversationRepository(Repository):
     async def get_owned(self, conversation_id: str, owner_id: str, org_id: str | None) -> Conversation | None:
         """The conversation when it belongs to ``owner_id`` in ``org_id`` and is not deleted; None
         for a stranger, a deleted conversation or no such id."""
-        result = await self.session.execute(
+        return await self.session.scalar(
             select(Conversation).where(Conversation.id == conversation_id, _owned_by(owner_id, org_id))
         )
-        return result.scalar_one_or_none()
 
     async def list_for_owner(
         self, owner_id: str, org_id: str | None, *, limit: int, offset: int, title_contains: str | None = None

@@ -43,22 +43,9 @@ class HistoryExtractor:
         if settings.strategy is HistoryStrategyName.SUMMARY and llm is None:
             raise ValueError("HISTORY_STRATEGY=summary needs an LLM provider to write the summaries")
         self.settings = settings
-        self._counter = TokenCounter(
-            settings.encoding, cache_size=settings.token_cache_size, offload_chars=settings.offload_chars
-        )
+        self._counter = TokenCounter(settings)
         self._cache: SummaryCache = summary_cache if summary_cache is not None else InMemorySummaryCache()
-        self._summarizer = (
-            Summarizer(
-                llm,
-                encoding=settings.encoding,
-                max_tokens=settings.summary_max_tokens,
-                chunk_tokens=settings.summary_chunk_tokens,
-                timeout_seconds=settings.summary_timeout_seconds,
-                model=settings.summary_model,
-            )
-            if llm is not None
-            else None
-        )
+        self._summarizer = Summarizer(llm, settings) if llm is not None else None
         # One refresh per conversation at a time in this process: concurrent turns reuse its result
         # instead of paying for the same LLM call twice.
         self._locks = KeyedLock()
@@ -114,7 +101,7 @@ class HistoryExtractor:
                 total_messages=result.stats.total_messages + overflow,
                 dropped_messages=result.stats.dropped_messages + overflow,
             )
-            result = HistoryResult(messages=result.messages, stats=stats)
+            result = replace(result, stats=stats)
         self._observe(result.stats)
         return result
 
@@ -145,9 +132,6 @@ class HistoryExtractor:
             )
             return None
 
-    def _summary_message(self, summary: str) -> ChatMessage:
-        return ChatMessage(role=Role.SYSTEM, content=SUMMARY_PREFIX + summary)
-
     async def _compress(self, conversation_id: str, items: list[HistoryItem], skipped: int) -> HistoryResult:
         s = self.settings
         cached = await self._cache_get(conversation_id)
@@ -167,8 +151,11 @@ class HistoryExtractor:
         if cached is None or covered is None or covered >= len(older):
             return await self._refresh(conversation_id, items, window, skipped, older, None)
         if covered == len(older) - 1:  # the cached summary covers exactly what left the window
-            summarized = min(cached.covered_message_count, len(older))
-            return await self._finish_with(items, window, skipped, cached.summary, summarized, refreshed=False)
+            return self._result(
+                HistoryStrategyName.SUMMARY, items, window, skipped, summary=cached.summary,
+                summary_tokens=await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + cached.summary),
+                summarized=min(cached.covered_message_count, len(older)),
+            )
         return await self._refresh(conversation_id, items, window, skipped, older, (cached, covered))
 
     async def _between_refreshes(
@@ -226,16 +213,9 @@ class HistoryExtractor:
             logger.warning(
                 "history summary not cached", extra={"conversation_id": conversation_id, "reason": type(exc).__name__}
             )
-        return await self._finish_with(items, window, skipped, summary, covered_count, refreshed=True)
-
-    async def _finish_with(
-        self, items: list[HistoryItem], window: Window, skipped: int, summary: str, summarized: int, *,
-        refreshed: bool,
-    ) -> HistoryResult:
-        summary_tokens = await self._counter.count_one(Role.SYSTEM, SUMMARY_PREFIX + summary)
         return self._result(
             HistoryStrategyName.SUMMARY, items, window, skipped, summary=summary, summary_tokens=summary_tokens,
-            summarized=summarized, refreshed=refreshed,
+            summarized=covered_count, refreshed=True,
         )
 
     # --- result ------------------------------------------------------------------------------
@@ -255,7 +235,7 @@ class HistoryExtractor:
     ) -> HistoryResult:
         messages = [ChatMessage(role=item.role, content=item.content) for item in window.items]
         if summary is not None:
-            messages.insert(0, self._summary_message(summary))
+            messages.insert(0, ChatMessage(role=Role.SYSTEM, content=SUMMARY_PREFIX + summary))
         tokens = window.tokens + summary_tokens
         budget = self.settings.token_budget
         stats = HistoryStats(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 
 from sqlalchemy import delete, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -35,14 +36,7 @@ class SummaryRepository(Repository):
         return _to_entry(row) if row is not None else None
 
     async def upsert(self, entry: CachedSummary) -> None:
-        values = {
-            "conversation_id": entry.conversation_id,
-            "summary": entry.summary,
-            "last_covered_message_id": entry.last_covered_message_id,
-            "covered_message_count": entry.covered_message_count,
-            "token_count": entry.token_count,
-            "updated_at": entry.updated_at,
-        }
+        values = asdict(entry)
         dialect = self.session.get_bind().dialect.name
         insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
         statement = insert(ConversationSummary).values(**values)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -53,22 +53,7 @@ class HistoryStats:
         return self.tokens_used / self.token_budget if self.token_budget else 0.0
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "strategy": self.strategy,
-            "total_messages": self.total_messages,
-            "included_messages": self.included_messages,
-            "dropped_messages": self.dropped_messages,
-            "truncated_messages": self.truncated_messages,
-            "summarized_messages": self.summarized_messages,
-            "tokens_used": self.tokens_used,
-            "token_budget": self.token_budget,
-            "fill_ratio": round(self.fill_ratio, 4),
-            "near_limit": self.near_limit,
-            "summary_used": self.summary_used,
-            "summary_refreshed": self.summary_refreshed,
-            "summary_error": self.summary_error,
-            "skipped_roles": self.skipped_roles,
-        }
+        return {**asdict(self), "fill_ratio": round(self.fill_ratio, 4)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,17 +48,14 @@ async def truncate_item(
     keep = budget - framing - marker_cost
     if keep <= 0:
         return None
-    head = truncate_to_tokens(item.content, keep, counter.encoding)
-    kept = count_tokens(head, counter.encoding)
-    content = head + TRUNCATION_MARKER.format(kept=kept, total=total)
-    cost = await counter.count_one(item.role, content)
-    # Re-tokenizing the joined text can merge tokens differently; shrink until it really fits.
-    while cost > budget and keep > 0:
-        keep -= max(1, cost - budget)
+    while True:
         head = truncate_to_tokens(item.content, keep, counter.encoding)
-        kept = count_tokens(head, counter.encoding)
-        content = head + TRUNCATION_MARKER.format(kept=kept, total=total)
+        content = head + TRUNCATION_MARKER.format(kept=count_tokens(head, counter.encoding), total=total)
         cost = await counter.count_one(item.role, content)
+        if cost <= budget or keep <= 0:
+            break
+        # Re-tokenizing the joined text can merge tokens differently; shrink until it really fits.
+        keep -= max(1, cost - budget)
     if cost > budget:
         return None
     return HistoryItem(item.id, item.role, content, truncated=True), cost

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from conversation_service.history.settings import HistorySettings
 from conversation_service.history.tokens import HistoryItem
 from shared.llm.base import (
     CompletionOptions,
@@ -19,7 +20,6 @@ from shared.llm.base import (
     LLMProvider,
     TextDelta,
 )
-from shared.protocol import Role
 from shared.tokens import truncate_to_tokens
 
 # The instruction a real model follows; the request is also marked purpose="summary" for providers
@@ -28,7 +28,6 @@ SUMMARIZE_SYSTEM_PROMPT = (
     "Summarize the conversation below in a few sentences for an assistant that will continue it. "
     "Keep names, numbers, decisions and open questions. Reply with the summary only."
 )
-_SPEAKER = {Role.USER: "User", Role.ASSISTANT: "Assistant", Role.SYSTEM: "System"}
 # A summary longer than this many characters is not a summary; stop reading the stream there.
 _MAX_SUMMARY_CHARS = 64_000
 
@@ -55,36 +54,23 @@ def plan_chunks(items: Sequence[HistoryItem], counts: Sequence[int], chunk_token
 
 
 class Summarizer:
-    def __init__(
-        self,
-        llm: LLMProvider,
-        *,
-        encoding: str,
-        max_tokens: int,
-        chunk_tokens: int,
-        timeout_seconds: float,
-        model: str | None = None,
-    ) -> None:
+    def __init__(self, llm: LLMProvider, settings: HistorySettings) -> None:
         self._llm = llm
-        self._encoding = encoding
-        self._max_tokens = max_tokens
-        self._chunk_tokens = chunk_tokens
-        self._timeout = timeout_seconds
-        self._options = CompletionOptions(model=model, max_tokens=max_tokens, temperature=0.0, purpose="summary")
+        self._settings = settings
+        self._options = CompletionOptions(
+            model=settings.summary_model, max_tokens=settings.summary_max_tokens, temperature=0.0, purpose="summary"
+        )
 
     def _transcript(self, previous: str | None, items: Sequence[HistoryItem]) -> str:
-        parts: list[str] = []
+        parts = ["Conversation:"]
         if previous:
-            parts.append(f"Summary of the conversation so far:\n{previous}\n")
-            parts.append("Messages that followed:")
-        else:
-            parts.append("Conversation:")
+            parts = [f"Summary of the conversation so far:\n{previous}\n", "Messages that followed:"]
         for item in items:
             # One oversized message must not blow the prompt; the summariser sees its beginning.
-            text = truncate_to_tokens(item.content, self._chunk_tokens, self._encoding)
+            text = truncate_to_tokens(item.content, self._settings.summary_chunk_tokens, self._settings.encoding)
             if len(text) < len(item.content):
                 text += " […]"
-            parts.append(f"{_SPEAKER[item.role]}: {text}")
+            parts.append(f"{item.role.value.capitalize()}: {text}")
         return "\n".join(parts)
 
     async def fold(self, previous: str | None, items: Sequence[HistoryItem]) -> str:
@@ -96,7 +82,7 @@ class Summarizer:
         pieces: list[str] = []
         size = 0
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._settings.summary_timeout_seconds):
                 stream = self._llm.stream(messages, options=self._options)
                 try:
                     async for event in stream:
@@ -122,4 +108,4 @@ class Summarizer:
         if not summary:
             raise SummaryError("summary was empty")
         # The provider was asked for at most max_tokens; enforce it, the summary is part of the budget.
-        return truncate_to_tokens(summary, self._max_tokens, self._encoding).strip()
+        return truncate_to_tokens(summary, self._settings.summary_max_tokens, self._settings.encoding).strip()

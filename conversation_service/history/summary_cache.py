@@ -25,9 +25,7 @@ class CachedSummary:
 class SummaryCache(Protocol):
     async def get(self, conversation_id: str) -> CachedSummary | None: ...
 
-    async def put(self, entry: CachedSummary) -> None:
-        """Insert or replace the conversation's summary."""
-        ...
+    async def put(self, entry: CachedSummary) -> None: ...  # insert or replace
 
     async def delete(self, conversation_id: str) -> None: ...
 

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from conversation_service.history.settings import HistorySettings
 from shared.protocol import Role
 from shared.tokens import count_message_tokens, get_encoding
 
@@ -32,14 +33,14 @@ class HistoryItem:
 
 
 class TokenCounter:
-    def __init__(self, encoding: str, *, cache_size: int, offload_chars: int) -> None:
-        self.encoding = encoding
-        self._cache_size = cache_size
-        self._offload_chars = offload_chars
+    def __init__(self, settings: HistorySettings) -> None:
+        self.encoding = settings.encoding
+        self._cache_size = settings.token_cache_size
+        self._offload_chars = settings.offload_chars
         self._cache: OrderedDict[tuple[str, str, int, int], int] = OrderedDict()
         # The vocabulary is loaded now (tens of ms), with the service, not inside the first turn
         # that has a history to count.
-        get_encoding(encoding)
+        get_encoding(self.encoding)
 
     def count_text(self, role: Role, content: str) -> int:
         return count_message_tokens(role.value, content, self.encoding)
@@ -52,20 +53,15 @@ class TokenCounter:
     async def counts(self, items: Sequence[HistoryItem]) -> list[int]:
         """Token cost of each item (chat framing included), in order."""
         out: list[int | None] = []
-        missing: list[int] = []
-        missing_chars = 0
-        for index, item in enumerate(items):
+        for item in items:
             cached = self._cache.get(item.cache_key)
-            if cached is None:
-                missing.append(index)
-                missing_chars += len(item.content)
-                out.append(None)
-            else:
+            if cached is not None:
                 self._cache.move_to_end(item.cache_key)
-                out.append(cached)
+            out.append(cached)
+        missing = [index for index, value in enumerate(out) if value is None]
         if missing:
             todo = [(items[i].role, items[i].content) for i in missing]
-            if missing_chars >= self._offload_chars:
+            if sum(len(content) for _, content in todo) >= self._offload_chars:
                 fresh = await asyncio.to_thread(self._count_batch, todo)
             else:
                 fresh = self._count_batch(todo)

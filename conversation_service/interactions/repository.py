@@ -47,34 +47,29 @@ class InteractionRepository(Repository):
 
     async def mark_answered(self, question_id: str, answer_message_id: str, now: datetime | None = None) -> bool:
         """PENDING -> ANSWERED, once: a second answer finds no pending row and gets False."""
-        result = await self.session.execute(
-            update(PendingInteraction)
-            .where(
-                PendingInteraction.question_id == question_id,
-                PendingInteraction.status == InteractionStatus.PENDING.value,
-            )
-            .values(status=InteractionStatus.ANSWERED.value, answered_at=now or utcnow(),
-                    answer_message_id=answer_message_id)
+        return await self._settle(
+            question_id, status=InteractionStatus.ANSWERED.value, answered_at=now or utcnow(),
+            answer_message_id=answer_message_id,
         )
-        return result.rowcount == 1
 
     async def mark_expired(self, question_id: str) -> bool:
+        return await self._settle(question_id, status=InteractionStatus.EXPIRED.value)
+
+    async def _settle(self, question_id: str, **values: object) -> bool:
+        """Set ``values`` on the question if it is still PENDING; False when it is not (anymore)."""
         result = await self.session.execute(
             update(PendingInteraction)
             .where(
                 PendingInteraction.question_id == question_id,
                 PendingInteraction.status == InteractionStatus.PENDING.value,
             )
-            .values(status=InteractionStatus.EXPIRED.value)
+            .values(**values)
         )
         return result.rowcount == 1
 
     async def claim_expired(self, now: datetime, limit: int) -> list[PendingInteraction]:
-        """Expired, still pending questions, locked for this transaction.
-
-        On PostgreSQL ``FOR UPDATE SKIP LOCKED`` lets several replicas run the cleanup at once: each
-        row is claimed by exactly one of them. SQLite has one writer at a time and ignores it.
-        """
+        """Expired, still pending questions, locked for this transaction: with ``SKIP LOCKED`` each is
+        claimed by one replica on PostgreSQL (SQLite has one writer at a time and ignores it)."""
         query = (
             select(PendingInteraction)
             .where(

@@ -47,19 +47,12 @@ async def agent_session(conversation: OwnedConversation, session: SessionDep) ->
     row = await AgentSessionRepository(session).get_latest_for_conversation(conversation.id)
     if row is None:
         return AgentSessionOut(conversation_id=conversation.id)
-    pending = None
+    out = AgentSessionOut.model_validate(row)
     if row.pending_question_id:
         question = await InteractionRepository(session).get(row.pending_question_id)
         if question is not None and question.status == InteractionStatus.PENDING.value:
-            pending = PendingQuestionOut(
-                question_id=question.question_id, question=question.question, kind=question.kind,
-                tool=question.tool, args=question.args, asked_at=question.asked_at, expires_at=question.expires_at,
-            )
-    return AgentSessionOut(
-        conversation_id=conversation.id, id=row.id, agent_session_id=row.agent_session_id,
-        profile_name=row.profile_name, status=row.status, created_at=row.created_at,
-        last_interaction_at=row.last_interaction_at, pending_question=pending,
-    )
+            out.pending_question = PendingQuestionOut.model_validate(question)
+    return out
 
 
 @router.get("/{conversation_id}/agent-questions", response_model=AgentQuestionList,

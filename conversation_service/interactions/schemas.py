@@ -27,6 +27,8 @@ class AgentAnswerAccepted(BaseModel):
 
 
 class PendingQuestionOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     question_id: str
     question: str
     kind: str
@@ -38,6 +40,8 @@ class PendingQuestionOut(BaseModel):
 
 class AgentSessionOut(BaseModel):
     """Body of ``GET /conversations/{id}/agent-session``."""
+
+    model_config = ConfigDict(from_attributes=True)
 
     conversation_id: str
     id: str | None = None

@@ -75,14 +75,12 @@ class CircuitBreaker:
         followed by exactly one ``record_success()`` or ``record_failure()`` (or ``release()`` when the
         call ended for a reason that says nothing about the service's health).
         """
-        state = self.state
-        if state is BreakerState.CLOSED:
+        if not self.allows_calls():
+            raise CircuitOpenError(max(0.0, self.open_seconds - (self._clock() - self._opened_at)))
+        if self._state is BreakerState.CLOSED:
             return False
-        if state is BreakerState.HALF_OPEN and not self._probe_in_flight:
-            self._probe_in_flight = True
-            return True
-        remaining = max(0.0, self.open_seconds - (self._clock() - self._opened_at))
-        raise CircuitOpenError(remaining)
+        self._probe_in_flight = True
+        return True
 
     def record_success(self) -> None:
         self._probe_in_flight = False

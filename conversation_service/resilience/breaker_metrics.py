@@ -1,9 +1,5 @@
-"""The circuit breaker's failure count, read at scrape time.
-
-The breaker keeps its failures in a sliding window (5 in 60 s opens it); how full that window is
-only exists inside the breaker, so a collector reads it when Prometheus scrapes instead of every
-failure and every expiry of an old one updating a gauge.
-"""
+"""The circuit breaker's state and failure count, read at scrape time: how full its sliding window is
+only exists inside the breaker, and no gauge could follow every expiry of an old failure."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The Agent Service's health as the ConversationService sees it, for ``GET /health``.
-
-Cached for a few seconds so a load balancer polling our /health does not turn into a stream of
-calls to the Agent Service. The lifespan also checks it periodically, so
-``conversation_agent_service_up`` is current even when nobody polls /health.
-"""
+"""The Agent Service's health for ``GET /health``, cached for a few seconds so a load balancer polling
+us does not become a stream of calls to it (the lifespan also polls it, for the ``up`` gauge)."""
 
 from __future__ import annotations
 

@@ -4,9 +4,6 @@ A decision is pure computation on its inputs (the text, who sends it, whether th
 an open agent session, whether the agent is available): no I/O, patterns compiled once, so it
 stays well under a millisecond. The circuit breaker is not owned here; its state comes in as
 ``agent_available`` (a flag or a callable, read only when the agent is actually wanted).
-
-Order of the rules: the global switch, then organisation and user switches, then whether the agent
-is wanted (explicit command, open agent session, intent keyword), then availability.
 """
 
 from __future__ import annotations
@@ -155,13 +152,8 @@ class MessageRouter:
         return RouteDecision(target=RouteTarget.AGENT, reason=wanted, message=message, explicit=explicit)
 
 
-_POSSIBLE = [
-    (RouteTarget.AGENT, RouteReason.EXPLICIT_COMMAND),
-    (RouteTarget.AGENT, RouteReason.ACTIVE_SESSION),
-    (RouteTarget.AGENT, RouteReason.INTENT_KEYWORD),
-    (RouteTarget.DIRECT, RouteReason.ROUTING_DISABLED),
-    (RouteTarget.DIRECT, RouteReason.ORG_DISABLED),
-    (RouteTarget.DIRECT, RouteReason.USER_DISABLED),
-    (RouteTarget.DIRECT, RouteReason.AGENT_UNAVAILABLE),
-    (RouteTarget.DIRECT, RouteReason.DEFAULT),
+_WANTED = (RouteReason.EXPLICIT_COMMAND, RouteReason.ACTIVE_SESSION, RouteReason.INTENT_KEYWORD)
+# Every decision ``route`` can take (PENDING_QUESTION is the dispatcher's, never the router's).
+_POSSIBLE = [(RouteTarget.AGENT, reason) for reason in _WANTED] + [
+    (RouteTarget.DIRECT, reason) for reason in RouteReason if reason not in (*_WANTED, RouteReason.PENDING_QUESTION)
 ]

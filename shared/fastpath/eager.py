@@ -1,9 +1,6 @@
-"""Run a coroutine in the caller's own step: ``start_eagerly`` and ``run_now``.
-
-They run a coroutine right away, up to its first real suspension, as Python 3.12's eager tasks do
-(this module uses them where they exist, and a faithful stand-in on 3.11): so a hand-off whose
-consumer is idle costs no task switch (see ``handoff``), and a caller can tell whether a result was
-ready without waiting.
+"""Run a coroutine in the caller's own step, up to its first real suspension: ``start_eagerly`` and
+``run_now``, Python 3.12's eager tasks with a faithful stand-in on 3.11. A hand-off whose consumer
+is idle then costs no task switch (see ``handoff``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """``fair_share``: a stream worked through in bursts lets the event loop go round every millisecond.
 
-A producer working through a burst (many model deltas or agent events from one network read) never
-waits on its own: with its hand-offs running inline, it would hold the loop for the whole burst
-while other streams' first events and new requests queue behind it. Wrapping the stream it reads
-bounds that hold without a line in the producer's loop: the pause comes when the loop asks for the
-next item, so the item in hand has been handed over (and written) by then and none waits for it.
+With its hand-offs running inline, a producer working through a burst (many deltas from one network
+read) never waits and would hold the loop while other streams' first events queue behind it. The
+pause comes when the next item is asked for, so the item in hand has been handed over by then.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """``Handoff``: items for one consumer, run inline in the producer's step while the consumer is idle.
 
-Streaming is a chain of hand-offs (model delta -> SSE bytes; SSE event -> WebSocket frame). With a
-queue and a consumer task per hand-off, every item waits for the consumer to be scheduled, behind
-every other ready task on the loop: under load, one full pass of the loop per hop. Most of the time
-the consumer is idle and its work never has to wait (a socket write with room in the buffer), so
-that wait is pure overhead. Items queue (bounded) only while the consumer is suspended, e.g. on a
-client that reads slowly: the fast path costs no task switch and a slow consumer never blocks the
-producer.
+With a queue and a consumer task per hop (model delta -> SSE bytes -> WebSocket frame), every item
+waits behind every other ready task on the loop, though the consumer is mostly idle and its write
+would not wait. Items queue (bounded) only while the consumer is suspended, e.g. on a slow client.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Loading the knowledge sources into the database, idempotently by content hash.
-
-Run at service start-up: unchanged files are skipped, changed ones replaced, new ones added and
-documents whose file is gone removed, so the table always mirrors the sources. Reading and hashing
-files happens in a worker thread, off the event loop.
+"""Loading the knowledge sources into the database at start-up, idempotently by content hash, so the
+table always mirrors the sources. Files are read and hashed in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -38,15 +35,6 @@ class IndexReport:
     unchanged: int
     removed: int
     skipped: int
-
-
-def knowledge_sources(knowledge_dir: Path | str | Sequence[Path | str] | None) -> list[Path]:
-    """Normalise the configured location(s): one folder, several paths, or None for the defaults."""
-    if knowledge_dir is None:
-        return list(DEFAULT_KNOWLEDGE_SOURCES)
-    if isinstance(knowledge_dir, (str, Path)):
-        return [Path(knowledge_dir)]
-    return [Path(p) for p in knowledge_dir]
 
 
 def _title(text: str, path: Path) -> str:
@@ -129,8 +117,7 @@ class KnowledgeIndexer:
         return report
 
 
-async def index_knowledge(
-    sessionmaker: async_sessionmaker, knowledge_dir: Path | str | Sequence[Path | str] | None = None
-) -> IndexReport:
-    """Start-up entry point: (re)load the knowledge sources into the database."""
-    return await KnowledgeIndexer(sessionmaker, knowledge_sources(knowledge_dir)).reindex()
+async def index_knowledge(sessionmaker: async_sessionmaker, knowledge_dir: Path | None = None) -> IndexReport:
+    """Start-up entry point: (re)load ``knowledge_dir`` (the defaults when None) into the database."""
+    sources = [knowledge_dir] if knowledge_dir is not None else list(DEFAULT_KNOWLEDGE_SOURCES)
+    return await KnowledgeIndexer(sessionmaker, sources).reindex()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, Text, delete, func, select, text
@@ -108,14 +108,7 @@ class KnowledgeRepository:
     async def upsert(self, document: KnowledgeDocument) -> None:
         """Insert or replace by path; safe when two processes index the same folder at once."""
         insert = pg_insert if self._dialect == "postgresql" else sqlite_insert
-        values = {
-            "path": document.path,
-            "title": document.title,
-            "content": document.content,
-            "content_hash": document.content_hash,
-            "indexed_at": datetime.now(UTC),
-        }
-        statement = insert(knowledge_documents).values(**values)
+        statement = insert(knowledge_documents).values(**asdict(document), indexed_at=datetime.now(UTC))
         statement = statement.on_conflict_do_update(
             index_elements=[knowledge_documents.c.path],
             set_={k: statement.excluded[k] for k in ("title", "content", "content_hash", "indexed_at")},

@@ -25,12 +25,11 @@ from shared.tokens import count_messages_tokens, count_tokens, truncate_to_token
 class BuiltinProvider:
     name = "builtin"
 
-    def __init__(self, *, first_token_delay: float = 0.15, chunk_delay: float = 0.015, chunk_words: int = 1) -> None:
-        if first_token_delay < 0 or chunk_delay < 0 or chunk_words < 1:
-            raise ValueError("delays must be >= 0 and chunk_words >= 1")
+    def __init__(self, *, first_token_delay: float = 0.15, chunk_delay: float = 0.015) -> None:
+        if first_token_delay < 0 or chunk_delay < 0:
+            raise ValueError("delays must be >= 0")
         self.first_token_delay = first_token_delay
         self.chunk_delay = chunk_delay
-        self.chunk_words = chunk_words
 
     async def aclose(self) -> None:
         return None
@@ -48,14 +47,11 @@ class BuiltinProvider:
             text = truncate_to_tokens(text, options.max_tokens)
         # Pacing is the simulated model's latency, so the product's streaming is visible end to end.
         await asyncio.sleep(self.first_token_delay)
-        first = True
-        for kind, piece in [(ReasoningDelta, p) for p in _chunks(reply.reasoning, self.chunk_words)] + [
-            (TextDelta, p) for p in _chunks(text, self.chunk_words)
-        ]:
-            if not first:
+        deltas = [ReasoningDelta(word) for word in _words(reply.reasoning)] + [TextDelta(word) for word in _words(text)]
+        for index, delta in enumerate(deltas):
+            if index:
                 await asyncio.sleep(self.chunk_delay)
-            first = False
-            yield kind(piece)
+            yield delta
         for call in reply.tool_calls:
             yield call
         generated = reply.reasoning + text + "".join(orjson.dumps(c.arguments).decode() for c in reply.tool_calls)
@@ -66,9 +62,6 @@ class BuiltinProvider:
         )
 
 
-def _chunks(text: str, words: int) -> list[str]:
-    """Split keeping every character (whitespace stays attached), a few characters/words a chunk."""
-    if not text:
-        return []
-    tokens = re.findall(r"\S+\s*|\s+", text)
-    return ["".join(tokens[i : i + words]) for i in range(0, len(tokens), words)]
+def _words(text: str) -> list[str]:
+    """One word a chunk, keeping every character (the whitespace after a word goes with it)."""
+    return re.findall(r"\S+\s*|\s+", text)
