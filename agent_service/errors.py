@@ -13,7 +13,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from shared.protocol import ErrorBody, ErrorCode
+from shared.body_limit import over_content_cap
+from shared.protocol import MAX_CONTENT_CHARS, ErrorBody, ErrorCode
 
 
 class AgentServiceError(Exception):
@@ -113,6 +114,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return _render(exc.status_code, exc.error, exc.detail)
 
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        if over_content_cap(exc.errors()):
+            return _render(413, MessageTooLarge.error, f"texts are limited to {MAX_CONTENT_CHARS} characters")
         # Locations and messages only: echoing the rejected input could copy message bodies around.
         detail = [{"loc": list(err.get("loc", ())), "msg": err.get("msg", "")} for err in exc.errors()]
         return _render(422, InvalidRequest.error, detail)

@@ -14,6 +14,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from shared.body_limit import over_content_cap
+from shared.protocol import MAX_CONTENT_CHARS
+
 # WebSocket close codes (RFC 6455 and the IANA registry).
 WS_POLICY_VIOLATION = 1008
 WS_MESSAGE_TOO_BIG = 1009
@@ -93,6 +96,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        if over_content_cap(exc.errors()):
+            detail = f"texts are limited to {MAX_CONTENT_CHARS} characters"
+            return JSONResponse(error_body(PayloadTooLarge.error, detail), status_code=413)
         # Echo locations and messages, never the submitted values (they may be message bodies).
         detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in exc.errors()]
         return JSONResponse(error_body("validation_error", detail), status_code=422)
