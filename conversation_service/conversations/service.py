@@ -15,10 +15,11 @@ async def create_conversation(session: AsyncSession, user: AuthenticatedUser, ti
 
 
 async def get_owned_conversation(session: AsyncSession, user: AuthenticatedUser, conversation_id: str) -> Conversation:
-    """The caller's conversation, or NotFound, also when it exists but belongs to someone else."""
+    """The caller's conversation, or NotFound, also when it exists but belongs to someone else
+    (another user, or the same user id in another organisation)."""
     if not conversation_id or len(conversation_id) > 64:
         raise NotFound("conversation not found")
-    conversation = await ConversationRepository(session).get_owned(conversation_id, user.user_id)
+    conversation = await ConversationRepository(session).get_owned(conversation_id, user.user_id, user.org_id)
     if conversation is None:
         raise NotFound("conversation not found")
     return conversation
@@ -27,4 +28,6 @@ async def get_owned_conversation(session: AsyncSession, user: AuthenticatedUser,
 async def list_conversations(
     session: AsyncSession, user: AuthenticatedUser, *, limit: int, offset: int
 ) -> list[Conversation]:
-    return await ConversationRepository(session).list_for_owner(user.user_id, limit=limit, offset=offset)
+    return await ConversationRepository(session).list_for_owner(
+        user.user_id, user.org_id, limit=limit, offset=offset
+    )
