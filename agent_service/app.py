@@ -34,6 +34,7 @@ from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings
 from agent_service.tools.knowledge.indexer import index_knowledge
 from agent_service.tools.registry import build_registry
+from shared.api_docs import install_api_docs
 from shared.body_limit import BodySizeLimitMiddleware
 from shared.db import create_engine, create_sessionmaker
 from shared.heap_profile import install_heap_profile
@@ -152,7 +153,8 @@ def create_app(
             app.state.agent = await build_agent(stack, app, settings, provider, tools)
             yield
 
-    app = FastAPI(title="TaskForce Agent Service", version="1.0", lifespan=lifespan)
+    app = FastAPI(title="TaskForce Agent Service", version="1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    install_api_docs(app)  # /docs with its files served from here: it works offline
     install_error_handlers(app)
     for module in (health, runs_router, sessions_router, profiles_router):
         app.include_router(module.router)

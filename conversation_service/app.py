@@ -16,6 +16,7 @@ from conversation_service.lifespan import lifespan
 from conversation_service.messages.router import router as messages_router
 from conversation_service.settings import ConversationSettings
 from conversation_service.websocket.router import router as ws_router
+from shared.api_docs import install_api_docs
 from shared.body_limit import BodySizeLimitMiddleware
 from shared.heap_profile import install_heap_profile
 from shared.http_metrics import HttpMetricsMiddleware
@@ -31,7 +32,10 @@ def create_app(settings: ConversationSettings | None = None) -> FastAPI:
         version="1.0.0",
         description="Chat API: conversations, messages, and a live WebSocket stream per conversation.",
         lifespan=lifespan(settings),
+        docs_url=None,
+        redoc_url=None,
     )
+    install_api_docs(app)  # /docs with its files served from here: it works offline
     app.state.settings = settings
     install_error_handlers(app)
     app.include_router(health_router)

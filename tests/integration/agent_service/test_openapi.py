@@ -26,7 +26,11 @@ async def test_openapi_json_answers_with_the_streaming_routes() -> None:
     assert SSE_MEDIA_TYPE in events["content"]
 
 
-async def test_docs_page_answers() -> None:
+async def test_docs_page_answers_with_its_files_served_here() -> None:
     resp = await _get("/docs")
     assert resp.status_code == 200
     assert "/openapi.json" in resp.text
+    assert "http" not in resp.text  # no CDN: every file the page loads is this service's
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "favicon.png"):
+        assert f"/docs/assets/{asset}" in resp.text
+        assert (await _get(f"/docs/assets/{asset}")).status_code == 200
