@@ -38,6 +38,7 @@ from shared.api_docs import install_api_docs
 from shared.body_limit import BodySizeLimitMiddleware
 from shared.db import create_engine, create_sessionmaker
 from shared.heap_profile import install_heap_profile
+from shared.http_contract import install_openapi
 from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
@@ -155,6 +156,7 @@ def create_app(
 
     app = FastAPI(title="TaskForce Agent Service", version="1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_api_docs(app)  # /docs with its files served from here: it works offline
+    install_openapi(app)  # the document defines the ErrorBody every error answer is
     install_error_handlers(app)
     for module in (health, runs_router, sessions_router, profiles_router):
         app.include_router(module.router)

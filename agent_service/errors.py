@@ -12,8 +12,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shared.body_limit import over_content_cap
+from shared.http_contract import http_error
 from shared.protocol import MAX_CONTENT_CHARS, ErrorBody, ErrorCode
 
 
@@ -122,3 +124,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(AgentServiceError, service_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
+    # Unknown paths, wrong methods, unreadable bodies: ErrorBody as well.
+    app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]

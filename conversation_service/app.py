@@ -19,6 +19,7 @@ from conversation_service.websocket.router import router as ws_router
 from shared.api_docs import install_api_docs
 from shared.body_limit import BodySizeLimitMiddleware
 from shared.heap_profile import install_heap_profile
+from shared.http_contract import install_openapi
 from shared.http_metrics import HttpMetricsMiddleware
 from shared.logging import RequestIdMiddleware
 
@@ -36,6 +37,7 @@ def create_app(settings: ConversationSettings | None = None) -> FastAPI:
         redoc_url=None,
     )
     install_api_docs(app)  # /docs with its files served from here: it works offline
+    install_openapi(app)  # the document defines the ErrorBody every error answer is
     app.state.settings = settings
     install_error_handlers(app)
     app.include_router(health_router)
