@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 import websockets
@@ -52,7 +54,7 @@ async def test_same_user_id_in_another_organisation_is_a_stranger(database_url: 
 
         url = ws_url(base, cid)
         assert await _ws_refused(url, headers=stranger) == 1008
-        first_frame = '{"type": "auth", "token": "%s"}' % token("alice", org)
+        first_frame = json.dumps({"type": "auth", "token": token("alice", org)})
         assert await _ws_refused(url, first_frame=first_frame) == 1008
 
         # The owner still reads it, and nothing was written for the stranger.
