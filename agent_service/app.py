@@ -34,9 +34,11 @@ from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings
 from agent_service.tools.knowledge.indexer import index_knowledge
 from agent_service.tools.registry import build_registry
+from shared.api_docs import install_api_docs
 from shared.body_limit import BodySizeLimitMiddleware
 from shared.db import create_engine, create_sessionmaker
 from shared.heap_profile import install_heap_profile
+from shared.http_contract import install_openapi
 from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
@@ -153,9 +155,11 @@ def create_app(
             app.state.agent = await build_agent(stack, app, settings, provider, tools)
             yield
 
-    app = FastAPI(title="TaskForce Agent Service", version="1.0", lifespan=lifespan)
+    app = FastAPI(title="TaskForce Agent Service", version="1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     # Begun by the server on SIGTERM (``shared.serving``): SSE streams end on it.
     app.state.shutdown = Shutdown(settings.shutdown_grace_s)
+    install_api_docs(app)  # /docs with its files served from here: it works offline
+    install_openapi(app)  # the document defines the ErrorBody every error answer is
     install_error_handlers(app)
     for module in (health, runs_router, sessions_router, profiles_router):
         app.include_router(module.router)

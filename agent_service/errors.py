@@ -12,8 +12,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from shared.protocol import ErrorBody, ErrorCode
+from shared.body_limit import over_content_cap
+from shared.http_contract import http_error
+from shared.protocol import MAX_CONTENT_CHARS, ErrorBody, ErrorCode
 
 
 class AgentServiceError(Exception):
@@ -113,9 +116,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return _render(exc.status_code, exc.error, exc.detail)
 
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        if over_content_cap(exc.errors()):
+            return _render(413, MessageTooLarge.error, f"texts are limited to {MAX_CONTENT_CHARS} characters")
         # Locations and messages only: echoing the rejected input could copy message bodies around.
         detail = [{"loc": list(err.get("loc", ())), "msg": err.get("msg", "")} for err in exc.errors()]
         return _render(422, InvalidRequest.error, detail)
 
     app.add_exception_handler(AgentServiceError, service_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
+    # Unknown paths, wrong methods, unreadable bodies: ErrorBody as well.
+    app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]

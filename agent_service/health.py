@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from agent_service.deps import DatabaseDep, MetricsDep
 from agent_service.errors import NotReady
+from shared.http_contract import METRICS_RESPONSE, errors
 
 router = APIRouter(tags=["health"])
 
@@ -18,7 +20,7 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/ready")
+@router.get("/ready", responses=errors({503: "the database does not answer"}))
 async def ready(db_engine: DatabaseDep) -> dict[str, str]:
     try:
         async with db_engine.connect() as conn:
@@ -28,6 +30,6 @@ async def ready(db_engine: DatabaseDep) -> dict[str, str]:
     return {"status": "ready", "database": "ok"}
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse, responses=METRICS_RESPONSE)
 async def metrics(agent_metrics: MetricsDep) -> Response:
     return Response(generate_latest(agent_metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -17,8 +17,10 @@ from conversation_service.lifespan import lifespan
 from conversation_service.messages.router import router as messages_router
 from conversation_service.settings import ConversationSettings
 from conversation_service.websocket.router import router as ws_router
+from shared.api_docs import install_api_docs
 from shared.body_limit import BodySizeLimitMiddleware
 from shared.heap_profile import install_heap_profile
+from shared.http_contract import install_openapi
 from shared.http_metrics import HttpMetricsMiddleware
 from shared.logging import RequestIdMiddleware
 from shared.serving import Shutdown
@@ -33,7 +35,11 @@ def create_app(settings: ConversationSettings | None = None) -> FastAPI:
         version="1.0.0",
         description="Chat API: conversations, messages, and a live WebSocket stream per conversation.",
         lifespan=lifespan(settings),
+        docs_url=None,
+        redoc_url=None,
     )
+    install_api_docs(app)  # /docs with its files served from here: it works offline
+    install_openapi(app)  # the document defines the ErrorBody every error answer is
     app.state.settings = settings
     # Begun by the server on SIGTERM (``shared.serving``); the lifespan's exit drains within it.
     app.state.shutdown = Shutdown(settings.shutdown_grace_s)

@@ -14,6 +14,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from shared.body_limit import over_content_cap
+from shared.http_contract import http_error
+from shared.protocol import MAX_CONTENT_CHARS
+
 # WebSocket close codes (RFC 6455 and the IANA registry).
 WS_POLICY_VIOLATION = 1008
 WS_MESSAGE_TOO_BIG = 1009
@@ -67,20 +71,6 @@ class InvalidInput(ServiceError):
     ws_close_code = WS_POLICY_VIOLATION
 
 
-_HTTP_NAMES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "validation_error",
-    429: "too_many_requests",
-}
-
-
 def error_body(error: str, detail: Any = None) -> dict[str, Any]:
     return {"error": error, "detail": detail}
 
@@ -93,11 +83,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        if over_content_cap(exc.errors()):
+            detail = f"texts are limited to {MAX_CONTENT_CHARS} characters"
+            return JSONResponse(error_body(PayloadTooLarge.error, detail), status_code=413)
         # Echo locations and messages, never the submitted values (they may be message bodies).
         detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in exc.errors()]
         return JSONResponse(error_body("validation_error", detail), status_code=422)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        name = _HTTP_NAMES.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(name, exc.detail), status_code=exc.status_code, headers=exc.headers)
+    # Unknown paths, wrong methods (with every allowed one), unreadable bodies.
+    app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]

@@ -98,7 +98,8 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
             tasks = app.state.tasks = await stack.enter_async_context(TaskSupervisor(app.state.shutdown))
             replier = DirectLLMReplier(
                 storage.sessionmaker, llm, realtime.publisher, metrics.direct,
-                history_messages=settings.direct_history_messages, system_prompt=settings.direct_system_prompt,
+                history_messages=settings.direct_history_messages,
+                system_prompt=settings.direct_llm_system_prompt, max_tokens=settings.direct_llm_max_tokens,
             )
             agent = app.state.agent = await stack.enter_async_context(
                 build_agent(settings, storage, realtime, llm, client, replier, tasks, metrics))

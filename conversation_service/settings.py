@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from functools import cached_property
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from conversation_service.agent_delegation.settings import DelegationSettings
@@ -66,9 +66,15 @@ class ConversationSettings(BaseSettings):
     frame_flush_max_batch: int = Field(default=500, ge=1, le=10_000)
     frame_writer_queue_size: int = Field(default=20_000, ge=100)
 
-    # Direct LLM path: how many recent messages make up the prompt, and its system prompt.
+    # Direct LLM path: how many recent messages make up the prompt, its system prompt, and the cap on
+    # a reply's tokens (sent as max_tokens: a base model behind an OpenAI-compatible server may
+    # otherwise go on for thousands). DIRECT_SYSTEM_PROMPT, the prompt's earlier name, is still read.
     direct_history_messages: int = Field(default=20, ge=1, le=1000)
-    direct_system_prompt: str = "You are a helpful assistant in a chat product. Answer concisely."
+    direct_llm_system_prompt: str = Field(
+        default="You are a helpful assistant in a chat product. Answer concisely.", min_length=1, max_length=20_000,
+        validation_alias=AliasChoices("direct_llm_system_prompt", "direct_system_prompt"),
+    )
+    direct_llm_max_tokens: int = Field(default=512, ge=1, le=128_000)
 
     # Seconds uvicorn keeps an idle keep-alive connection open. Longer than any client or load
     # balancer in front keeps it idle (nginx upstream keepalive_timeout: 60 s by default), so it is the

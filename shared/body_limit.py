@@ -1,14 +1,30 @@
-"""Request body size cap for both services: 413 ``payload_too_large`` before anything parses the body.
+"""Request size caps for both services: 413 ``payload_too_large`` before anything parses the body.
 
 A declared ``Content-Length`` over the cap is refused at once; a chunked body is counted as it is
-read and refused the moment it passes the cap (unless the app already started its answer)."""
+read and refused the moment it passes the cap (unless the app already started its answer).
+``over_content_cap`` tells the validation handlers that a text passed the contract's outer cap,
+which is answered 413 like a text over the configured (smaller) limit, not 422."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["BodySizeLimitMiddleware"]
+from shared.protocol import MAX_CONTENT_CHARS
+
+__all__ = ["BodySizeLimitMiddleware", "over_content_cap"]
+
+
+def over_content_cap(errors: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a validation failed because a text (a message, an answer) is longer than
+    ``MAX_CONTENT_CHARS``: a size, so that a 2 MB message answers as a 40 kB one does."""
+    return any(
+        error.get("type") == "string_too_long" and (error.get("ctx") or {}).get("max_length") == MAX_CONTENT_CHARS
+        for error in errors
+    )
 
 
 class _TooLarge(Exception):

@@ -60,10 +60,22 @@ class Answer(BaseModel):
     approved: bool | None = None
 
 
-class ExecuteRequest(BaseModel):
-    """Body of ``POST /api/v1/agent/execute``."""
+# What the schema of ExecuteRequest adds to its fields: a request is a message (not blank), or an
+# answer to a paused session; anything else is refused 422. Checked in the Agent Service
+# (runs/validation.py); said here so that the OpenAPI document allows only what is accepted.
+_MESSAGE_OR_ANSWER: dict[str, Any] = {
+    "anyOf": [
+        {"properties": {"answer": {"type": "null"}, "message": {"pattern": r"\S"}}, "required": ["message"]},
+        {"properties": {"answer": {"type": "object"}, "session_id": {"type": "string"}},
+         "required": ["answer", "session_id"]},
+    ]
+}
 
-    model_config = ConfigDict(extra="forbid")
+
+class ExecuteRequest(BaseModel):
+    """Body of ``POST /api/v1/agent/execute``: a new message, or the answer to a paused session's question."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_MESSAGE_OR_ANSWER)
 
     session_id: Annotated[str | None, Field(min_length=1, max_length=MAX_ID_CHARS)] = None
     profile_name: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)] = "default"

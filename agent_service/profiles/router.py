@@ -4,11 +4,12 @@ from fastapi import APIRouter
 
 from agent_service.auth import ApiKey
 from agent_service.deps import ProfilesDep
+from shared.http_contract import errors
 from shared.protocol import ProfileInfo
 
 router = APIRouter(prefix="/api/v1/agent", tags=["profiles"])
 
 
-@router.get("/profiles", response_model=list[ProfileInfo])
+@router.get("/profiles", response_model=list[ProfileInfo], responses=errors({401: "missing or invalid X-API-Key"}))
 async def list_profiles(_: ApiKey, profiles: ProfilesDep) -> list[ProfileInfo]:
     return [profile.info() for profile in profiles.all()]

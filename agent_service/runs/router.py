@@ -7,32 +7,37 @@ from fastapi import APIRouter, Header
 from agent_service.auth import ApiKey
 from agent_service.deps import RunServiceDep, StreamerDep
 from agent_service.runs.streaming import EventStreamResponse
-from shared.protocol import ErrorBody, ExecuteRequest
-from shared.sse import SSE_MEDIA_TYPE
+from shared.http_contract import BODY_ERRORS, errors, event_stream
+from shared.protocol import ExecuteRequest
 
 router = APIRouter(prefix="/api/v1/agent", tags=["runs"])
 
-_ERRORS = {
-    401: {"model": ErrorBody, "description": "missing or invalid X-API-Key"},
-    404: {"model": ErrorBody, "description": "unknown profile or session"},
-    409: {"model": ErrorBody, "description": "a run is executing, or the answer does not fit the session"},
-    410: {"model": ErrorBody, "description": "the question expired"},
-    413: {"model": ErrorBody, "description": "message larger than the configured limit"},
-    422: {"model": ErrorBody, "description": "malformed request"},
-}
+# JSON ErrorBody, although the success is an event stream: the answer is refused before it starts.
+_ERRORS = errors({
+    **BODY_ERRORS,
+    401: "missing or invalid X-API-Key",
+    404: "unknown profile or session",
+    409: "a run is executing, or the answer does not fit the session",
+    410: "the question expired",
+    413: "the body is larger than allowed, or the message or answer longer than the configured limit",
+    422: "malformed request: neither a message nor an answer to a session, or a bad field or header",
+})
 
 
 @router.post(
     "/execute",
     response_class=EventStreamResponse,
-    responses={200: {"content": {SSE_MEDIA_TYPE: {}}, "description": "the run's events as SSE"}, **_ERRORS},
+    responses={**event_stream("the run's events as SSE"), **_ERRORS},
 )
 async def execute(
     body: ExecuteRequest,
     _: ApiKey,
     service: RunServiceDep,
     streamer: StreamerDep,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=128)] = None,
+    # Visible ASCII: what a header carries unchanged (HTTP trims outer spaces). Said in the document too.
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=128, pattern=r"^[!-~]+$")
+    ] = None,
 ) -> EventStreamResponse:
     """Start a run (or resume a paused one with ``answer``) and stream its events.
 

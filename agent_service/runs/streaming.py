@@ -235,9 +235,13 @@ class EventStreamResponse(Response):
 
     media_type = SSE_MEDIA_TYPE
 
-    def __init__(self, serve: Callable[[Write, asyncio.Event], Awaitable[None]], headers: dict[str, str]) -> None:
-        # As StreamingResponse does: no body, so no Content-Length (chunked transfer).
-        self.status_code = 200
+    def __init__(
+        self, serve: Callable[[Write, asyncio.Event], Awaitable[None]], headers: dict[str, str], status_code: int = 200,
+    ) -> None:
+        # The default of ``status_code`` is what FastAPI documents as the routes' success answer:
+        # without it the OpenAPI document could not be built. As StreamingResponse does: no body,
+        # so no Content-Length (chunked transfer).
+        self.status_code = status_code
         self.background = None
         self.init_headers({**SSE_HEADERS, **headers})
         self._serve = serve

@@ -6,11 +6,10 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 
 from agent_service.auth import ApiKey
 from agent_service.deps import SessionServiceDep, StreamerDep
-from agent_service.errors import InvalidRequest
 from agent_service.runs.streaming import EventStreamResponse
+from shared.http_contract import errors, event_stream
 from shared.logging import session_id_var
-from shared.protocol import MAX_ID_CHARS, ErrorBody, SessionStatusResponse
-from shared.sse import SSE_MEDIA_TYPE
+from shared.protocol import MAX_ID_CHARS, SessionStatusResponse
 
 router = APIRouter(prefix="/api/v1/agent/sessions", tags=["sessions"])
 
@@ -23,10 +22,12 @@ async def _bind_session_id(session_id: Annotated[str, Path(min_length=1, max_len
 
 
 SessionId = Annotated[str, Depends(_bind_session_id)]
-_ERRORS = {
-    401: {"model": ErrorBody, "description": "missing or invalid X-API-Key"},
-    404: {"model": ErrorBody, "description": "unknown session"},
-}
+# JSON ErrorBody on every route, the event stream's included: it is refused before it starts.
+_ERRORS = errors({
+    401: "missing or invalid X-API-Key",
+    404: "unknown session",
+    422: "a session id longer than allowed, or a bad Last-Event-ID or after",
+})
 
 
 @router.get("/{session_id}", response_model=SessionStatusResponse, responses=_ERRORS)
@@ -37,22 +38,21 @@ async def session_status(session_id: SessionId, _: ApiKey, service: SessionServi
 @router.get(
     "/{session_id}/events",
     response_class=EventStreamResponse,
-    responses={200: {"content": {SSE_MEDIA_TYPE: {}}}, **_ERRORS, 422: {"model": ErrorBody}},
+    responses={**event_stream("the session's events as SSE"), **_ERRORS},
 )
 async def session_events(
     session_id: SessionId,
     _: ApiKey,
     service: SessionServiceDep,
     streamer: StreamerDep,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=20)] = None,
+    # An event's seq; empty is the same as absent. The pattern is in the OpenAPI document too.
+    last_event_id: Annotated[str, Header(alias="Last-Event-ID", max_length=20, pattern=r"^[0-9]*$")] = "",
     after: Annotated[int | None, Query(ge=0)] = None,
 ) -> EventStreamResponse:
     """Every event after ``Last-Event-ID`` (or ``?after=``), then the live ones until the run ends."""
     start = after
-    if last_event_id is not None and last_event_id.strip():
-        if not last_event_id.strip().isdigit():
-            raise InvalidRequest("Last-Event-ID must be a non-negative integer (an event's seq)")
-        start = max(start or 0, int(last_event_id.strip()))
+    if last_event_id:
+        start = max(start or 0, int(last_event_id))
     await service.ensure_session(session_id)
     return EventStreamResponse(
         lambda write, disconnected: streamer.serve(write, session_id, start or 0, disconnected=disconnected),
@@ -71,7 +71,7 @@ async def session_events(
             "description": "the run executes in another replica, which has not ended it yet: the cancel is "
                            "recorded and the run ends with ERROR CANCELLED (status still ACTIVE here)",
         },
-        409: {"model": ErrorBody, "description": "nothing to cancel"},
+        **errors({409: "nothing to cancel"}),
     },
 )
 async def cancel_session(

@@ -13,21 +13,23 @@ from conversation_service.conversations.schemas import (
 )
 from conversation_service.deps import CurrentUser, OwnedConversation, RealtimeDep, SessionDep
 from conversation_service.realtime.frames import FrameType
-from shared.protocol import ErrorBody
+from shared.http_contract import BODY_ERRORS, errors
 
 router = APIRouter(prefix="/conversations", tags=["conversations"])
 
-_ERRORS = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}}
+_ERRORS = {401: "missing, invalid or expired bearer token", 404: "no such conversation of the caller's"}
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ConversationOut, responses=_ERRORS)
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=ConversationOut, responses=errors({**_ERRORS, **BODY_ERRORS})
+)
 async def create_conversation(body: ConversationCreate, session: SessionDep, user: CurrentUser) -> ConversationOut:
     """Without a title, the conversation is titled after its first message."""
     conversation = await service.create_conversation(session, user, body.title)
     return ConversationOut.model_validate(conversation)
 
 
-@router.get("", response_model=ConversationList, responses={**_ERRORS, 422: {"model": ErrorBody}})
+@router.get("", response_model=ConversationList, responses=errors(_ERRORS))
 async def list_conversations(
     session: SessionDep,
     user: CurrentUser,
@@ -40,12 +42,12 @@ async def list_conversations(
     return ConversationList(items=[ConversationOut.model_validate(c) for c in items], limit=limit, offset=offset)
 
 
-@router.get("/{conversation_id}", response_model=ConversationOut, responses=_ERRORS)
+@router.get("/{conversation_id}", response_model=ConversationOut, responses=errors(_ERRORS))
 async def get_conversation(conversation: OwnedConversation) -> ConversationOut:
     return ConversationOut.model_validate(conversation)
 
 
-@router.patch("/{conversation_id}", response_model=ConversationOut, responses={**_ERRORS, 422: {"model": ErrorBody}})
+@router.patch("/{conversation_id}", response_model=ConversationOut, responses=errors({**_ERRORS, **BODY_ERRORS}))
 async def rename_conversation(
     body: ConversationUpdate, conversation: OwnedConversation, session: SessionDep
 ) -> ConversationOut:
@@ -55,7 +57,7 @@ async def rename_conversation(
 
 
 @router.delete("/{conversation_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
-               responses=_ERRORS)
+               responses=errors(_ERRORS))
 async def delete_conversation(
     conversation: OwnedConversation, session: SessionDep, realtime: RealtimeDep, after: BackgroundTasks
 ) -> None:

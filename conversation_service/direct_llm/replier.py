@@ -21,7 +21,7 @@ from conversation_service.metrics import DirectReplyMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
 from shared.fastpath.fair_share import fair_share
-from shared.llm.base import LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
+from shared.llm.base import CompletionOptions, LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
 from shared.logging import conversation_id_var
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ class DirectLLMReplier:
         *,
         history_messages: int,
         system_prompt: str,
+        max_tokens: int,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._provider = provider
@@ -46,6 +47,7 @@ class DirectLLMReplier:
         self._metrics = metrics
         self._history_messages = history_messages
         self._system_prompt = system_prompt
+        self._options = CompletionOptions(max_tokens=max_tokens)
 
     async def build_prompt(self, conversation_id: str) -> list[LLMMessage]:
         async with unit_of_work(self._sessionmaker) as session:
@@ -92,7 +94,7 @@ class DirectLLMReplier:
         try:
             # Deltas of one network read come without a wait and each frame is written inside
             # emit: fair_share pauses between them, so other conversations are not held behind a burst.
-            async for event in fair_share(self._provider.stream(prompt)):
+            async for event in fair_share(self._provider.stream(prompt, options=self._options)):
                 if isinstance(event, TextDelta) and event.text:
                     if first:
                         self._metrics.first_chunk_seconds.observe(time.perf_counter() - started)

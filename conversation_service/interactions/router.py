@@ -18,7 +18,10 @@ from conversation_service.interactions.schemas import (
     AgentSessionOut,
     PendingQuestionOut,
 )
-from shared.protocol import ErrorBody, utcnow
+from shared.protocol import utcnow
+from shared.http_contract import BODY_ERRORS, errors
+
+_ERRORS = {401: "missing, invalid or expired bearer token", 404: "no such conversation of the caller's"}
 
 router = APIRouter(prefix="/conversations", tags=["agent"])
 
@@ -27,7 +30,9 @@ router = APIRouter(prefix="/conversations", tags=["agent"])
     "/{conversation_id}/agent-answer",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=AgentAnswerAccepted,
-    responses={s: {"model": ErrorBody} for s in (401, 404, 409, 410, 413, 422)},
+    responses=errors({
+        **_ERRORS, **BODY_ERRORS, 409: "not the pending question, or answered already", 410: "the question expired",
+    }),
 )
 async def agent_answer(
     conversation_id: str, body: AgentAnswerIn, answers: AnswerServiceDep, user: CurrentUser
@@ -41,7 +46,7 @@ async def agent_answer(
 
 
 @router.get("/{conversation_id}/agent-session", response_model=AgentSessionOut,
-            responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+            responses=errors(_ERRORS))
 async def agent_session(conversation: OwnedConversation, session: SessionDep) -> AgentSessionOut:
     """The conversation's most recent agent session and its pending question, if any."""
     row = await AgentSessionRepository(session).get_latest_for_conversation(conversation.id)
@@ -56,7 +61,7 @@ async def agent_session(conversation: OwnedConversation, session: SessionDep) ->
 
 
 @router.get("/{conversation_id}/agent-questions", response_model=AgentQuestionList,
-            responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+            responses=errors(_ERRORS))
 async def agent_questions(
     conversation: OwnedConversation, session: SessionDep, limit: Annotated[int, Query(ge=1, le=500)] = 200
 ) -> AgentQuestionList:

@@ -5,7 +5,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.protocol import MAX_ID_CHARS
+from shared.protocol import MAX_CONTENT_CHARS, MAX_ID_CHARS
 
 
 class AgentAnswerIn(BaseModel):
@@ -14,7 +14,7 @@ class AgentAnswerIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question_id: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
-    answer: Annotated[str, Field(max_length=200_000)] = ""
+    answer: Annotated[str, Field(max_length=MAX_CONTENT_CHARS)] = ""
     # For an approval question: true runs the tool, false refuses it. Without it, the answer text
     # decides ("approve"/"yes" approve, anything else refuses).
     approved: bool | None = None

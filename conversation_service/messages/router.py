@@ -8,14 +8,14 @@ from conversation_service.deps import CurrentUser, MessageServiceDep, OwnedConve
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import MessageAccepted, MessageCreate, MessageList, MessageOut
 from conversation_service.messages.streaming import with_streamed_text
-from shared.protocol import ErrorBody
+from shared.http_contract import BODY_ERRORS, errors
 
 router = APIRouter(prefix="/conversations", tags=["messages"])
 
-_ERRORS = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}}
+_ERRORS = {401: "missing, invalid or expired bearer token", 404: "no such conversation of the caller's"}
 
 
-@router.get("/{conversation_id}/messages", response_model=MessageList, responses=_ERRORS)
+@router.get("/{conversation_id}/messages", response_model=MessageList, responses=errors(_ERRORS))
 async def list_messages(
     conversation: OwnedConversation,
     session: SessionDep,
@@ -33,7 +33,7 @@ async def list_messages(
     "/{conversation_id}/messages",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=MessageAccepted,
-    responses={**_ERRORS, 413: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+    responses=errors({**_ERRORS, **BODY_ERRORS, 413: "the body or the message is larger than allowed"}),
 )
 async def post_message(
     conversation_id: str, body: MessageCreate, messages: MessageServiceDep, user: CurrentUser

@@ -77,6 +77,23 @@ async def test_rest_crud_and_idempotent_client_message_id(database_url: str) -> 
         assert unknown.status_code == 404 and unknown.json() == {"error": "not_found", "detail": "conversation not found"}
 
 
+async def test_a_message_too_large_is_413_whatever_its_size(database_url: str) -> None:
+    # 40 kB fails the configured limit (32,000 characters); 210 kB passes the request body cap
+    # (256 KiB) but fails the contract's outer cap (200,000): both are too large, neither is 422.
+    async with running(make_settings(database_url)) as (base, _), httpx.AsyncClient() as client:
+        conv = await new_conversation(client, base, "alice")
+        for chars in (40_000, 210_000):
+            for path, body in (
+                ("messages", {"content": "x" * chars}),
+                ("agent-answer", {"question_id": "q", "answer": "x" * chars}),
+            ):
+                resp = await client.post(f"{base}/conversations/{conv['id']}/{path}", json=body, headers=auth("alice"))
+                assert resp.status_code == 413, (path, chars, resp.text[:300])
+                assert resp.json()["error"] == "payload_too_large"
+        messages = (await client.get(f"{base}/conversations/{conv['id']}/messages", headers=auth("alice"))).json()
+        assert messages["items"] == []
+
+
 async def test_plain_message_streams_a_direct_reply(database_url: str) -> None:
     async with running(make_settings(database_url)) as (base, app), httpx.AsyncClient() as client:
         conv = await new_conversation(client, base, "alice")

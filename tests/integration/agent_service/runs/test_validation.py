@@ -87,3 +87,17 @@ async def test_bad_last_event_id_is_422(agent) -> None:
         f"/api/v1/agent/sessions/{done.last.session_id}/events", headers={**agent.headers(), "Last-Event-ID": "abc"}
     )
     assert resp.status_code == 422
+
+
+@pytest.mark.parametrize("chars", [40_000, 2_000_000], ids=["40kB", "2MB"])
+async def test_a_message_too_large_is_413_whatever_its_size(agent, db, chars: int) -> None:
+    # 40 kB passes the contract's outer cap and fails the configured limit (32,000); 2 MB fails the
+    # outer cap (200,000) but fits the body limit (8 MiB): both are a message too large.
+    for body in (
+        {"message": "x" * chars, "user_context": {"user_id": "u"}},
+        {"session_id": "s", "user_context": {"user_id": "u"}, "answer": {"question_id": "q", "text": "x" * chars}},
+    ):
+        resp = await agent.http.post("/api/v1/agent/execute", json=body, headers=agent.headers())
+        assert resp.status_code == 413, resp.text[:300]
+        assert resp.json()["error"] == "message_too_large"
+    assert await db.sessions() == 0
