@@ -18,6 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from agent_service import health
 from agent_service.deps import AgentState
 from agent_service.errors import install_error_handlers
+from agent_service.hooks.loading import load_hooks
+from agent_service.hooks.runner import HookRunner
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
 from agent_service.profiles import router as profiles_router
@@ -63,6 +65,16 @@ async def build_tools(
         tools = build_registry(sessionmaker)
     profiles.check_tools(lambda name: find_tool(tools, name) is not None)
     return tools
+
+
+def build_hooks(stack: AsyncExitStack, settings: AgentServiceSettings, metrics: AgentMetrics) -> HookRunner:
+    """The lifecycle hooks the settings and installed entry points name, closed when the service stops."""
+    hooks = load_hooks(settings)
+    runner = HookRunner(hooks, timeout_s=settings.hook_timeout_seconds, metrics=metrics)
+    stack.push_async_callback(runner.aclose)
+    if hooks:
+        log.info("lifecycle hooks loaded", extra={"hooks": [hook.name for hook in hooks]})
+    return runner
 
 
 def build_model(stack: AsyncExitStack, settings: AgentServiceSettings, provider: LLMProvider | None) -> LLMProvider:
@@ -118,6 +130,7 @@ async def build_agent(
     engine = ReActEngine(
         build_model(stack, settings, provider), tools, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
         tool_timeout_s=settings.tool_timeout_seconds, max_tool_result_chars=settings.max_tool_result_chars,
+        hooks=build_hooks(stack, settings, metrics),
     )
     event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics)
     if not settings.api_keys:

@@ -53,6 +53,10 @@ class AgentMetrics:
             "From a model delta received to its SSE bytes written to a live stream (non-terminal events)",
             buckets=_OVERHEAD_BUCKETS, registry=self.registry,
         )
+        self.hook_failures = Counter(
+            "agent_hook_failures", "Hook calls that raised or timed out and were skipped, by hook, point and reason",
+            ["hook", "point", "reason"], registry=self.registry,
+        )
         self.dropped_subscribers = Counter(
             "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",
             registry=self.registry,

@@ -57,11 +57,21 @@ class AgentServiceSettings(BaseSettings):
     # balancer in front keeps it idle (nginx upstream keepalive_timeout: 60 s by default), so it is the
     # client that closes: a server-side close racing the client's reuse of the connection loses a request.
     keep_alive_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 75
+    # Lifecycle hooks (agent_service.hooks), ``module:Class`` each, called in this order; then those
+    # installed packages declare under the ``taskforce.agent_hooks`` entry point group.
+    hooks: Annotated[list[str], NoDecode] = []
+    hook_entry_points: bool = True
+    # Longest one hook call may take before it is skipped (and counted as failed).
+    hook_timeout_seconds: Annotated[float, Field(gt=0)] = 2.0
+    # The file the audit log hook appends its JSON lines to.
+    audit_log: Path | None = None
+    # ``organisation:tool`` pairs the tool block hook refuses.
+    blocked_tools: Annotated[list[str], NoDecode] = []
     log_level: str = "INFO"
     llm: LLMSettings = Field(default_factory=LLMSettings)
     debug: HeapProfileSettings = Field(default_factory=HeapProfileSettings)
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "hooks", "blocked_tools", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):
