@@ -43,6 +43,7 @@ from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
 from shared.logging import RequestIdMiddleware
+from shared.rate_limit import RateLimiter, build_limiter, default_model
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,15 @@ def build_hooks(stack: AsyncExitStack, settings: AgentServiceSettings, metrics: 
     if hooks:
         log.info("lifecycle hooks loaded", extra={"hooks": [hook.name for hook in hooks]})
     return runner
+
+
+def build_rate_limits(stack: AsyncExitStack, settings: AgentServiceSettings) -> RateLimiter | None:
+    """The limiter on model calls; counted in Redis when ``REDIS_URL`` is set, so replicas share one budget."""
+    limiter = build_limiter(settings.rate_limit, settings.redis_url)
+    if limiter is not None:
+        stack.push_async_callback(limiter.aclose)
+        log.info("rate limits on model calls", extra={"shared": settings.redis_url is not None})
+    return limiter
 
 
 def build_model(stack: AsyncExitStack, settings: AgentServiceSettings, provider: LLMProvider | None) -> LLMProvider:
@@ -127,10 +137,12 @@ async def build_agent(
     sessionmaker = create_sessionmaker(db_engine)
     profiles = ProfileStore.from_file(settings.profiles_file)
     tools = await build_tools(settings, sessionmaker, profiles, tools)
+    provider = build_model(stack, settings, provider)
     engine = ReActEngine(
-        build_model(stack, settings, provider), tools, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
+        provider, tools, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
         tool_timeout_s=settings.tool_timeout_seconds, max_tool_result_chars=settings.max_tool_result_chars,
-        hooks=build_hooks(stack, settings, metrics),
+        hooks=build_hooks(stack, settings, metrics), limiter=build_rate_limits(stack, settings),
+        default_model=default_model(settings.llm, provider),
     )
     event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics)
     if not settings.api_keys:

@@ -100,6 +100,7 @@ RUN_ERROR_RETRYABLE: dict[ErrorCode, bool] = {
     ErrorCode.CANCELLED: False,
     ErrorCode.INTERRUPTED: True,
     ErrorCode.QUESTION_EXPIRED: False,
+    ErrorCode.RATE_LIMITED: True,
     ErrorCode.INTERNAL: False,
 }
 

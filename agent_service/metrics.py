@@ -57,6 +57,13 @@ class AgentMetrics:
             "agent_hook_failures", "Hook calls that raised or timed out and were skipped, by hook, point and reason",
             ["hook", "point", "reason"], registry=self.registry,
         )
+        self.rate_limit_waits: Labelled[Counter] = Labelled(
+            Counter(
+                "agent_rate_limit_waits", "Model calls that waited for room in a rate limit (WAITING events), by limit",
+                ["limit"], registry=self.registry,
+            ),
+            "limit",
+        )
         self.dropped_subscribers = Counter(
             "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",
             registry=self.registry,

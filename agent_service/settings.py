@@ -11,19 +11,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.db import is_sqlite
 from shared.heap_profile import HeapProfileSettings
 from shared.llm.config import LLMSettings
+from shared.rate_limit.config import RateLimitSettings
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 
 
 class AgentServiceSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AGENT_SERVICE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="AGENT_SERVICE_", extra="ignore", populate_by_name=True)
 
     database_url: str = "sqlite+aiosqlite:///var/agent_service.db"
     # Several keys are valid at once so a key can be rotated without downtime.
@@ -69,6 +70,11 @@ class AgentServiceSettings(BaseSettings):
     blocked_tools: Annotated[list[str], NoDecode] = []
     log_level: str = "INFO"
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    # Limits on model calls per organisation and model (AGENT_SERVICE_RATE_LIMIT_*).
+    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    # Unprefixed, as the ConversationService reads it: with it, replicas (and the direct path) share
+    # one rate-limit budget; without it each process counts its own.
+    redis_url: str | None = Field(default=None, validation_alias=AliasChoices("redis_url", "REDIS_URL"))
     debug: HeapProfileSettings = Field(default_factory=HeapProfileSettings)
 
     @field_validator("api_keys", "hooks", "blocked_tools", mode="before")

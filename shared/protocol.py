@@ -89,6 +89,8 @@ class EventType(StrEnum):
     ASK_USER = "ASK_USER"
     COMPLETE = "COMPLETE"
     ERROR = "ERROR"
+    # The run waits for room in a rate limit before its next model call (non-terminal).
+    WAITING = "WAITING"
 
 
 # Events after which a run's stream ends: the run finished, failed or paused for the user.
@@ -117,6 +119,15 @@ class ToolEndData(BaseModel):
 
 class AnswerChunkData(BaseModel):
     text: str
+
+
+class WaitingData(BaseModel):
+    """Why the run waits and for how long (seconds from the event's ``ts``); it carries on by itself."""
+
+    reason: str
+    wait_s: Annotated[float, Field(ge=0)]
+    # Which budget is spent: requests, input_tokens or output_tokens.
+    limit: str | None = None
 
 
 class AskUserKind(StrEnum):
@@ -156,6 +167,7 @@ class ErrorCode(StrEnum):
     CANCELLED = "CANCELLED"
     INTERRUPTED = "INTERRUPTED"  # the process running the run stopped (crash, restart)
     QUESTION_EXPIRED = "QUESTION_EXPIRED"
+    RATE_LIMITED = "RATE_LIMITED"  # a rate limit would have made the run wait too long; see retry_after_s
     INTERNAL = "INTERNAL"
 
 
@@ -163,6 +175,8 @@ class ErrorData(BaseModel):
     code: str
     message: str
     retryable: bool = False
+    # When a retry may succeed, in seconds from the event's ``ts`` (RATE_LIMITED).
+    retry_after_s: float | None = None
 
 
 EVENT_DATA_MODELS: dict[EventType, type[BaseModel]] = {
@@ -173,6 +187,7 @@ EVENT_DATA_MODELS: dict[EventType, type[BaseModel]] = {
     EventType.ASK_USER: AskUserData,
     EventType.COMPLETE: CompleteData,
     EventType.ERROR: ErrorData,
+    EventType.WAITING: WaitingData,
 }
 
 

@@ -64,8 +64,10 @@ from shared.protocol import (
     ThoughtData,
     ToolEndData,
     ToolStartData,
+    WaitingData,
     utcnow,
 )
+from shared.rate_limit import RateLimited, RateLimiter, Wait
 from shared.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, count_messages_tokens, count_tokens
 
 log = logging.getLogger(__name__)
@@ -94,11 +96,15 @@ class ReActEngine:
     def __init__(
         self, provider: LLMProvider, tools: ToolLookup, metrics: AgentMetrics, *, ask_user_timeout_s: float,
         tool_timeout_s: float = 30.0, max_tool_result_chars: int = 16_000, hooks: HookRunner | None = None,
+        limiter: RateLimiter | None = None, default_model: str | None = None,
     ) -> None:
         self.provider = provider
         self.tools = tools
         self.metrics = metrics
         self.hooks = hooks if hooks is not None else no_hooks(metrics)
+        self.limiter = limiter
+        # The model a profile without one is served by: the budget it draws on.
+        self.default_model = default_model or provider.name
         self.ask_user_timeout = timedelta(seconds=ask_user_timeout_s)
         self.tool_timeout_s = tool_timeout_s
         self.max_tool_result_chars = max_tool_result_chars
@@ -161,6 +167,9 @@ class ReActEngine:
                 code = ErrorCode.LLM_UNAVAILABLE if exc.retryable else ErrorCode.LLM_ERROR
                 log.warning("model call failed", extra={"error_type": type(exc).__name__, "code": code.value})
                 return Failed(code, f"the language model failed: {exc}")
+            except RateLimited as exc:
+                return Failed(ErrorCode.RATE_LIMITED, f"{exc.reason}: retry in {exc.retry_after_s:.0f} s",
+                              retry_after_s=round(exc.retry_after_s, 3))
             ready = None
             state.transcript.append(LLMMessage(role="assistant", content=text, tool_calls=tuple(calls)))
             if not calls:
@@ -187,6 +196,9 @@ class ReActEngine:
         if self.hooks.wants(HookPoint.BEFORE_MODEL_CALL):
             await self.hooks.call(HookPoint.BEFORE_MODEL_CALL, prompt)
         chunk_hooks = self.hooks.wants(HookPoint.ANSWER_CHUNK)
+        model = prompt.options.model or self.default_model
+        if self.limiter is not None:
+            await self._take_budget(run, model, prompt.messages, emit, ready)
         started = time.perf_counter()
         first = True
 
@@ -227,6 +239,7 @@ class ReActEngine:
                 await aclose()
         end_reasoning()
         content = "".join(text)
+        completion_before = state.usage.completion_tokens
         if self.hooks.wants(HookPoint.AFTER_MODEL_CALL):
             await self.hooks.call(
                 HookPoint.AFTER_MODEL_CALL,
@@ -244,7 +257,26 @@ class ReActEngine:
         else:
             state.usage.completion_tokens += count_tokens(content)
         state.usage.total_tokens = state.usage.prompt_tokens + state.usage.completion_tokens
+        if self.limiter is not None:
+            await self.limiter.record_output(run.org_id, model, state.usage.completion_tokens - completion_before)
         return content, calls
+
+    async def _take_budget(
+        self, run: RunInfo, model: str, messages: list[LLMMessage], emit: Emit, ready: Awaitable[None] | None,
+    ) -> None:
+        """Wait for room in the organisation's rate limits for this call, saying so with WAITING events."""
+        assert self.limiter is not None
+
+        async def on_wait(wait: Wait) -> None:
+            if ready is not None:
+                await ready  # nothing is emitted before the run's claim committed
+            self.metrics.rate_limit_waits[wait.dimension.value].inc()
+            emit(EventType.WAITING, WaitingData(reason=wait.reason, wait_s=wait.wait_s, limit=wait.dimension.value))
+
+        async def input_tokens() -> int:
+            return await asyncio.to_thread(count_messages_tokens, [(m.role, m.content) for m in messages])
+
+        await self.limiter.acquire(run.org_id, model, input_tokens, on_wait)
 
     async def _run_pending(self, ctx: RunContext, state: RunState, emit: Emit) -> Paused | None:
         """Execute the pending tool calls in order; stop at one that needs the user."""

@@ -97,6 +97,8 @@ class Paused:
 class Failed:
     code: ErrorCode
     message: str
+    # When the same request may succeed (RATE_LIMITED), in seconds.
+    retry_after_s: float | None = None
 
 
 Outcome = Completed | Paused | Failed
