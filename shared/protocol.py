@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 # Bounds that keep one request from exhausting the service. The message limit itself is a
 # setting of the Agent Service (413 above it); these are the hard outer caps of the contract.
@@ -175,8 +175,16 @@ class ErrorData(BaseModel):
     code: str
     message: str
     retryable: bool = False
-    # When a retry may succeed, in seconds from the event's ``ts`` (RATE_LIMITED).
+    # When a retry may succeed, in seconds from the event's ``ts`` (RATE_LIMITED); absent otherwise,
+    # so errors without it read on the wire as they always did.
     retry_after_s: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_retry(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("retry_after_s") is None:
+            data.pop("retry_after_s", None)
+        return data
 
 
 EVENT_DATA_MODELS: dict[EventType, type[BaseModel]] = {
