@@ -46,6 +46,7 @@ from shared.db import create_engine, create_sessionmaker
 from shared.http_metrics import install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
+from shared.rate_limit import RateLimiter, build_limiter, default_model
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
             replier = DirectLLMReplier(
                 storage.sessionmaker, llm, realtime.publisher, metrics.direct,
                 history_messages=settings.direct_history_messages, system_prompt=settings.direct_system_prompt,
+                limiter=await stack.enter_async_context(build_rate_limits(settings)),
+                model=default_model(settings.llm, llm),
             )
             agent = app.state.agent = await stack.enter_async_context(
                 build_agent(settings, storage, realtime, llm, client, replier, tasks, metrics))
@@ -131,6 +134,18 @@ async def build_llm(settings: ConversationSettings) -> AsyncIterator[LLMProvider
             yield llm
         finally:
             await llm.aclose()
+
+
+@asynccontextmanager
+async def build_rate_limits(settings: ConversationSettings) -> AsyncIterator[RateLimiter | None]:
+    """The Agent Service's limits (the same AGENT_SERVICE_RATE_LIMIT_* variables) on direct replies;
+    with REDIS_URL they draw on the same budget as the agent's own calls."""
+    limiter = build_limiter(settings.rate_limit, settings.redis_url)
+    try:
+        yield limiter
+    finally:
+        if limiter is not None:
+            await limiter.aclose()
 
 
 @asynccontextmanager
