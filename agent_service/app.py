@@ -20,6 +20,10 @@ from agent_service.deps import AgentState
 from agent_service.errors import install_error_handlers
 from agent_service.hooks.loading import load_hooks
 from agent_service.hooks.runner import HookRunner
+from agent_service.memory import router as memory_router
+from agent_service.memory.health import MemoryHealth
+from agent_service.memory.recall import LongTermMemory
+from agent_service.memory.sql_store import SqlMemoryStore
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
 from agent_service.profiles import router as profiles_router
@@ -87,6 +91,24 @@ def build_rate_limits(stack: AsyncExitStack, settings: AgentServiceSettings) -> 
     return limiter
 
 
+def build_memory(
+    settings: AgentServiceSettings, sessionmaker: async_sessionmaker, metrics: AgentMetrics,
+) -> LongTermMemory | None:
+    """Long-term memory on the service's database, its health exported as ``agent_memory_health``."""
+    if not settings.memory_enabled:
+        return None
+    health = MemoryHealth(
+        normal_k=settings.memory_top_k, degraded_k=settings.memory_degraded_top_k,
+        degraded_window_s=settings.memory_degraded_window_seconds, fail_max=settings.memory_fail_max,
+        reset_timeout_s=settings.memory_reset_timeout_seconds,
+    )
+    metrics.memory_health.set_function(lambda: float(health.state()))
+    return LongTermMemory(
+        SqlMemoryStore(sessionmaker), health, metrics.memory_failures, token_budget=settings.memory_token_budget,
+        recency_half_life_s=settings.memory_recency_half_life_hours * 3600, timeout_s=settings.memory_timeout_seconds,
+    )
+
+
 def build_model(stack: AsyncExitStack, settings: AgentServiceSettings, provider: LLMProvider | None) -> LLMProvider:
     if provider is not None:
         return provider
@@ -138,11 +160,12 @@ async def build_agent(
     profiles = ProfileStore.from_file(settings.profiles_file)
     tools = await build_tools(settings, sessionmaker, profiles, tools)
     provider = build_model(stack, settings, provider)
+    memory = build_memory(settings, sessionmaker, metrics)
     engine = ReActEngine(
         provider, tools, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
         tool_timeout_s=settings.tool_timeout_seconds, max_tool_result_chars=settings.max_tool_result_chars,
         hooks=build_hooks(stack, settings, metrics), limiter=build_rate_limits(stack, settings),
-        default_model=default_model(settings.llm, provider),
+        default_model=default_model(settings.llm, provider), memory=memory,
     )
     event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics)
     if not settings.api_keys:
@@ -162,6 +185,7 @@ async def build_agent(
                            poll_seconds=settings.replay_poll_seconds),
             metrics,
         ),
+        memory=memory,
     )
 
 
@@ -179,7 +203,7 @@ def create_app(
 
     app = FastAPI(title="TaskForce Agent Service", version="1.0", lifespan=lifespan)
     install_error_handlers(app)
-    for module in (health, runs_router, sessions_router, profiles_router):
+    for module in (health, runs_router, sessions_router, profiles_router, memory_router):
         app.include_router(module.router)
     install_heap_profile(app, settings.debug)  # only with DEBUG_HEAP_PROFILE=1
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)

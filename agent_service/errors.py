@@ -70,6 +70,16 @@ class NothingToCancel(AgentServiceError):
     error = "nothing_to_cancel"
 
 
+class MemoryNotFound(AgentServiceError):
+    status_code = 404
+    error = "memory_not_found"
+
+
+class MemoryOff(AgentServiceError):
+    status_code = 503
+    error = "memory_off"
+
+
 class QuestionExpired(AgentServiceError):
     status_code = 410
     error = "question_expired"

@@ -64,6 +64,14 @@ class AgentMetrics:
             ),
             "limit",
         )
+        self.memory_failures = Counter(
+            "agent_memory_failures", "Memory store calls that failed or timed out, by operation", ["operation"],
+            registry=self.registry,
+        )
+        self.memory_health = Gauge(
+            "agent_memory_health", "Long-term memory health: 0 NORMAL, 1 DEGRADED, 2 DOWN (history only)",
+            registry=self.registry,
+        )
         self.dropped_subscribers = Counter(
             "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",
             registry=self.registry,

@@ -68,6 +68,19 @@ class AgentServiceSettings(BaseSettings):
     audit_log: Path | None = None
     # ``organisation:tool`` pairs the tool block hook refuses.
     blocked_tools: Annotated[list[str], NoDecode] = []
+    # Long-term memory: each completed turn is remembered for its (organisation, user) and recalled
+    # in later conversations (agent_service.memory).
+    memory_enabled: bool = True
+    memory_top_k: Annotated[int, Field(ge=1, le=50)] = 8
+    memory_degraded_top_k: Annotated[int, Field(ge=1, le=50)] = 3
+    # Tokens the recalled memories may add to a prompt.
+    memory_token_budget: Annotated[int, Field(ge=1)] = 600
+    memory_recency_half_life_hours: Annotated[float, Field(gt=0)] = 168.0
+    # A store call slower than this counts as a failure (the run goes on without it).
+    memory_timeout_seconds: Annotated[float, Field(gt=0)] = 2.0
+    memory_degraded_window_seconds: Annotated[float, Field(gt=0)] = 15.0
+    memory_fail_max: Annotated[int, Field(ge=1)] = 5
+    memory_reset_timeout_seconds: Annotated[float, Field(gt=0)] = 60.0
     log_level: str = "INFO"
     llm: LLMSettings = Field(default_factory=LLMSettings)
     # Limits on model calls per organisation and model (AGENT_SERVICE_RATE_LIMIT_*).

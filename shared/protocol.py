@@ -259,6 +259,25 @@ class ProfileInfo(BaseModel):
     max_steps: int
 
 
+class MemoryItem(BaseModel):
+    """One thing the agent remembers about a user (a completed turn)."""
+
+    id: int
+    content: str
+    created_at: datetime
+    session_id: str | None = None
+
+
+class MemoryList(BaseModel):
+    """Body of ``GET /api/v1/agent/memory``: the owner's memories, newest first."""
+
+    items: list[MemoryItem]
+
+
+class MemoryDeleted(BaseModel):
+    deleted: int
+
+
 class ErrorBody(BaseModel):
     """Every non-2xx JSON response of both services."""
 

@@ -31,6 +31,8 @@ from agent_service.hooks.base import (
     RunStart,
 )
 from agent_service.hooks.runner import HookRunner, no_hooks
+from agent_service.memory.recall import LongTermMemory, memory_message
+from agent_service.memory.store import Owner
 from agent_service.metrics import AgentMetrics
 from agent_service.runs.state import (
     Completed,
@@ -96,7 +98,7 @@ class ReActEngine:
     def __init__(
         self, provider: LLMProvider, tools: ToolLookup, metrics: AgentMetrics, *, ask_user_timeout_s: float,
         tool_timeout_s: float = 30.0, max_tool_result_chars: int = 16_000, hooks: HookRunner | None = None,
-        limiter: RateLimiter | None = None, default_model: str | None = None,
+        limiter: RateLimiter | None = None, default_model: str | None = None, memory: LongTermMemory | None = None,
     ) -> None:
         self.provider = provider
         self.tools = tools
@@ -105,6 +107,7 @@ class ReActEngine:
         self.limiter = limiter
         # The model a profile without one is served by: the budget it draws on.
         self.default_model = default_model or provider.name
+        self.memory = memory
         self.ask_user_timeout = timedelta(seconds=ask_user_timeout_s)
         self.tool_timeout_s = tool_timeout_s
         self.max_tool_result_chars = max_tool_result_chars
@@ -123,11 +126,23 @@ class ReActEngine:
             await self.hooks.call(HookPoint.RUN_START, RunStart(run, _last_user_message(state), resume is not None))
         outcome: Outcome = Failed(ErrorCode.CANCELLED, "the run was cancelled")
         try:
+            if self.memory is not None:
+                await self._recall(ctx, state)
             outcome = await self._run(ctx, state, emit, resume, ready)
+            if self.memory is not None and isinstance(outcome, Completed):
+                await self.memory.remember(
+                    _owner(ctx), _last_user_message(state), outcome.answer, ctx.session_id,
+                )
             return outcome
         finally:
             if self.hooks.wants(HookPoint.RUN_END):
                 await self.hooks.call(HookPoint.RUN_END, _run_end(run, outcome, state, time.perf_counter() - started))
+
+    async def _recall(self, ctx: RunContext, state: RunState) -> None:
+        """What the user told the agent before, relevant to this message, into the run's prompts."""
+        assert self.memory is not None
+        recalled = memory_message(await self.memory.recall(_owner(ctx), _last_user_message(state)))
+        state.context = [recalled] if recalled is not None else []
 
     async def _run(
         self, ctx: RunContext, state: RunState, emit: Emit, resume: Resume | None, ready: Awaitable[None] | None,
@@ -192,7 +207,7 @@ class ReActEngine:
         done: LLMDone | None = None
         run = run_info(ctx)
         # The prompt of this call: hooks may change it; the run's transcript stays as it is.
-        prompt = BeforeModelCall(run, state.steps, list(state.transcript), options)
+        prompt = BeforeModelCall(run, state.steps, state.prompt(), options)
         if self.hooks.wants(HookPoint.BEFORE_MODEL_CALL):
             await self.hooks.call(HookPoint.BEFORE_MODEL_CALL, prompt)
         chunk_hooks = self.hooks.wants(HookPoint.ANSWER_CHUNK)
@@ -368,6 +383,10 @@ class ReActEngine:
 def run_info(ctx: RunContext) -> RunInfo:
     user = ctx.user_context
     return RunInfo(ctx.session_id, ctx.run_id, ctx.profile.name, user.user_id, user.org_id)
+
+
+def _owner(ctx: RunContext) -> Owner:
+    return Owner(user_id=ctx.user_context.user_id, org_id=ctx.user_context.org_id)
 
 
 def _last_user_message(state: RunState) -> str:
