@@ -67,6 +67,12 @@ class InvalidInput(ServiceError):
     ws_close_code = WS_POLICY_VIOLATION
 
 
+class Unavailable(ServiceError):
+    status_code = 503
+    error = "unavailable"
+    ws_close_code = WS_TRY_AGAIN_LATER
+
+
 _HTTP_NAMES = {
     400: "bad_request",
     401: "unauthorized",

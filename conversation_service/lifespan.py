@@ -94,6 +94,7 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 settings.agent_service_url, settings.agent_service_api_key.get_secret_value() or "unset",
                 config=settings.delegation.client_config(),
             ))
+            app.state.agent_client = client  # the memory routes ask the Agent Service directly
             # Replies and turns under way stop before the client they use closes.
             tasks = app.state.tasks = await stack.enter_async_context(TaskSupervisor())
             replier = DirectLLMReplier(
