@@ -124,7 +124,7 @@ class ReActEngine:
         started = time.perf_counter()
         if self.hooks.wants(HookPoint.RUN_START):
             await self.hooks.call(HookPoint.RUN_START, RunStart(run, _last_user_message(state), resume is not None))
-        outcome: Outcome = Failed(ErrorCode.CANCELLED, "the run was cancelled")
+        outcome: Outcome = Failed(ErrorCode.INTERNAL, "the run failed unexpectedly")
         try:
             if self.memory is not None:
                 await self._recall(ctx, state)
@@ -134,6 +134,9 @@ class ReActEngine:
                     _owner(ctx), _last_user_message(state), outcome.answer, ctx.session_id,
                 )
             return outcome
+        except asyncio.CancelledError:
+            outcome = Failed(ErrorCode.CANCELLED, "the run was cancelled")
+            raise
         finally:
             if self.hooks.wants(HookPoint.RUN_END):
                 await self.hooks.call(HookPoint.RUN_END, _run_end(run, outcome, state, time.perf_counter() - started))

@@ -145,3 +145,44 @@ async def test_a_failing_or_slow_hook_never_breaks_the_run() -> None:
 
     assert failures("run_start", "error") == 1 and failures("before_tool", "error") == 1
     assert failures("answer_chunk", "timeout") == 2
+
+
+class Hangs:
+    """A model that never answers: the run is cancelled while it waits."""
+
+    name = "hangs"
+
+    async def stream(self, messages, *, tools=(), options=None):
+        await asyncio.Event().wait()
+        yield TextDelta("never")
+
+    async def aclose(self) -> None:
+        return None
+
+
+class EndWatcher(Hook):
+    def __init__(self) -> None:
+        self.calling_model = asyncio.Event()
+        self.ends: list[RunEnd] = []
+
+    async def before_model_call(self, data: BeforeModelCall) -> None:
+        self.calling_model.set()
+
+    async def run_end(self, data: RunEnd) -> None:
+        self.ends.append(data)
+
+
+async def test_run_end_is_called_for_a_cancelled_run() -> None:
+    watcher = EndWatcher()
+    metrics = AgentMetrics()
+    engine = ReActEngine(Hangs(), Tools(AddTool()), metrics, ask_user_timeout_s=300,
+                         hooks=HookRunner([watcher], timeout_s=1, metrics=metrics))
+    task = asyncio.create_task(engine.run(CTX, _state(), Recorder()))
+    await asyncio.wait_for(watcher.calling_model.wait(), 5)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    [end] = watcher.ends
+    assert (end.outcome, end.error_code) == ("ERROR", "CANCELLED")
