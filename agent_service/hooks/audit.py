@@ -31,7 +31,7 @@ from agent_service.settings import AgentServiceSettings
 from shared.protocol import utcnow
 
 REDACTED = "[redacted]"
-_SECRET_NAME = re.compile(r"pass(word)?|secret|token|api[_-]?key|authori[sz]ation|credential|cookie|private", re.I)
+_SECRET_NAME = re.compile(r"pass(word)?|secret|token|api[_-]?key|authori[sz]ation|credential|cookie|private", re.IGNORECASE)
 
 
 def redact(value: Any) -> Any:

@@ -139,4 +139,3 @@ class Hook:
 
     async def aclose(self) -> None:
         """Called once when the service stops."""
-        return None

@@ -57,7 +57,7 @@ class LongTermMemory:
         try:
             async with asyncio.timeout(self.timeout_s):
                 candidates = await self.store.recall(owner, query, k * CANDIDATES_PER_SLOT)
-        except Exception as exc:  # the store's failure is the memory's, never the run's
+        except Exception as exc:  # noqa: BLE001 - the store's failure is the memory's, never the run's
             self._failed("recall", exc)
             return []
         self.health.succeeded()
@@ -70,7 +70,7 @@ class LongTermMemory:
         try:
             async with asyncio.timeout(self.timeout_s):
                 await self.store.remember(owner, content, session_id, utcnow())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - idem: the turn is not remembered, the run is done
             self._failed("remember", exc)
             return
         self.health.succeeded()

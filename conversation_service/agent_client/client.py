@@ -35,7 +35,14 @@ from conversation_service.agent_client.errors import (
 from conversation_service.agent_client.retry import RetryHook, Sleep, call_with_retries
 from conversation_service.agent_client.stream import AgentEventStream, _SSEConnection
 from shared.logging import REQUEST_ID_HEADER, request_id_var
-from shared.protocol import MAX_ID_CHARS, ExecuteRequest, MemoryDeleted, MemoryList, SessionStatusResponse, UserContext
+from shared.protocol import (
+    MAX_ID_CHARS,
+    ExecuteRequest,
+    MemoryDeleted,
+    MemoryList,
+    SessionStatusResponse,
+    UserContext,
+)
 from shared.sse import SSE_MEDIA_TYPE
 
 API_PREFIX = "/api/v1/agent"

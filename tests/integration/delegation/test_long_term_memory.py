@@ -25,39 +25,39 @@ async def _agent_reply(stack, user: str, text: str, headers: dict | None = None)
 
 
 async def test_a_new_conversation_recalls_what_the_user_said_and_only_for_her(database_factory, tmp_path):
-    async with agent_service(await database_factory("agent"), tmp_path) as agent_url:
-        async with chat_service(await database_factory("chat"), agent_url) as stack:
-            told = await _agent_reply(stack, "alice", "/agent remember that my favourite colour is green")
-            recalled = await _agent_reply(stack, "alice", "/agent what is my favourite colour?")
-            bob = await _agent_reply(stack, "bob", "/agent what is my favourite colour?")
-            other_org = {"Authorization": f"Bearer {token('alice', 'globex')}"}
-            alice_elsewhere = await _agent_reply(stack, "alice", "/agent what is my favourite colour?", other_org)
+    agent_db, chat_db = await database_factory("agent"), await database_factory("chat")
+    async with agent_service(agent_db, tmp_path) as agent_url, chat_service(chat_db, agent_url) as stack:
+        told = await _agent_reply(stack, "alice", "/agent remember that my favourite colour is green")
+        recalled = await _agent_reply(stack, "alice", "/agent what is my favourite colour?")
+        bob = await _agent_reply(stack, "bob", "/agent what is my favourite colour?")
+        other_org = {"Authorization": f"Bearer {token('alice', 'globex')}"}
+        alice_elsewhere = await _agent_reply(stack, "alice", "/agent what is my favourite colour?", other_org)
     assert told == "I'll remember that your favourite colour is green."
     assert recalled == "Your favourite colour is green."
     assert "green" not in bob and "green" not in alice_elsewhere
 
 
 async def test_a_user_sees_and_deletes_only_her_own_memory(database_factory, tmp_path):
-    async with agent_service(await database_factory("agent"), tmp_path) as agent_url:
-        async with chat_service(await database_factory("chat"), agent_url) as stack:
-            await _agent_reply(stack, "alice", "/agent remember that my favourite colour is green")
-            await _agent_reply(stack, "bob", "/agent remember that my favourite colour is blue")
-            base = stack.chat_url
-            mine = (await stack.http.get(f"{base}/memory", headers=auth("alice"))).json()["items"]
-            bobs = (await stack.http.get(f"{base}/memory", headers=auth("bob"))).json()["items"]
-            assert [m["content"].splitlines()[0] for m in mine] == [
-                "User: remember that my favourite colour is green"]
-            assert "green" not in str(bobs)
+    agent_db, chat_db = await database_factory("agent"), await database_factory("chat")
+    async with agent_service(agent_db, tmp_path) as agent_url, chat_service(chat_db, agent_url) as stack:
+        await _agent_reply(stack, "alice", "/agent remember that my favourite colour is green")
+        await _agent_reply(stack, "bob", "/agent remember that my favourite colour is blue")
+        base = stack.chat_url
+        mine = (await stack.http.get(f"{base}/memory", headers=auth("alice"))).json()["items"]
+        bobs = (await stack.http.get(f"{base}/memory", headers=auth("bob"))).json()["items"]
+        assert [m["content"].splitlines()[0] for m in mine] == [
+            "User: remember that my favourite colour is green"]
+        assert "green" not in str(bobs)
 
-            stolen = await stack.http.delete(f"{base}/memory/{mine[0]['id']}", headers=auth("bob"))
-            assert stolen.status_code == 404
-            assert (await stack.http.get(f"{base}/memory")).status_code == 401
-            deleted = await stack.http.delete(f"{base}/memory/{mine[0]['id']}", headers=auth("alice"))
-            assert deleted.status_code == 200 and deleted.json() == {"deleted": 1}
-            assert (await stack.http.get(f"{base}/memory", headers=auth("alice"))).json()["items"] == []
-            after = await _agent_reply(stack, "alice", "/agent what is my favourite colour?")
-            assert "green" not in after
+        stolen = await stack.http.delete(f"{base}/memory/{mine[0]['id']}", headers=auth("bob"))
+        assert stolen.status_code == 404
+        assert (await stack.http.get(f"{base}/memory")).status_code == 401
+        deleted = await stack.http.delete(f"{base}/memory/{mine[0]['id']}", headers=auth("alice"))
+        assert deleted.status_code == 200 and deleted.json() == {"deleted": 1}
+        assert (await stack.http.get(f"{base}/memory", headers=auth("alice"))).json()["items"] == []
+        after = await _agent_reply(stack, "alice", "/agent what is my favourite colour?")
+        assert "green" not in after
 
-            everything = await stack.http.delete(f"{base}/memory", headers=auth("bob"))
-            assert everything.json() == {"deleted": 1}
-            assert (await stack.http.get(f"{base}/memory", headers=auth("bob"))).json()["items"] == []
+        everything = await stack.http.delete(f"{base}/memory", headers=auth("bob"))
+        assert everything.json() == {"deleted": 1}
+        assert (await stack.http.get(f"{base}/memory", headers=auth("bob"))).json()["items"] == []

@@ -40,18 +40,18 @@ async def test_the_third_agent_message_waits_visibly_and_other_organisations_do_
     limits = tmp_path / "limits.yaml"
     limits.write_text(f"acme: {{requests: 2, window_s: {WINDOW_S}}}\n")
     overrides = {"rate_limit": {"overrides_file": limits}}
-    async with agent_service(await database_factory("agent"), tmp_path, **overrides) as agent_url:
-        async with chat_service(await database_factory("chat"), agent_url) as stack:
-            alice, alice_auth, alice_ws = await _open(stack, "alice", "acme")
-            bob, bob_auth, bob_ws = await _open(stack, "bob", "globex")
-            started = time.monotonic()
-            first = await _agent_turn(stack, alice_ws, alice, alice_auth)
-            second = await _agent_turn(stack, alice_ws, alice, alice_auth)
-            other = await _agent_turn(stack, bob_ws, bob, bob_auth)
-            third = await _agent_turn(stack, alice_ws, alice, alice_auth)
-            elapsed = time.monotonic() - started
-            await alice_ws.close()
-            await bob_ws.close()
+    agent_db, chat_db = await database_factory("agent"), await database_factory("chat")
+    async with agent_service(agent_db, tmp_path, **overrides) as agent_url, chat_service(chat_db, agent_url) as stack:
+        alice, alice_auth, alice_ws = await _open(stack, "alice", "acme")
+        bob, bob_auth, bob_ws = await _open(stack, "bob", "globex")
+        started = time.monotonic()
+        first = await _agent_turn(stack, alice_ws, alice, alice_auth)
+        second = await _agent_turn(stack, alice_ws, alice, alice_auth)
+        other = await _agent_turn(stack, bob_ws, bob, bob_auth)
+        third = await _agent_turn(stack, alice_ws, alice, alice_auth)
+        elapsed = time.monotonic() - started
+        await alice_ws.close()
+        await bob_ws.close()
 
     for frames in (first, second, other, third):
         assert frames[-1]["type"] == "agent.complete", [f["type"] for f in frames]

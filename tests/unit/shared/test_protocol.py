@@ -23,8 +23,8 @@ from shared.protocol import (
     ThoughtData,
     ToolEndData,
     ToolStartData,
-    WaitingData,
     Usage,
+    WaitingData,
 )
 
 TS = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

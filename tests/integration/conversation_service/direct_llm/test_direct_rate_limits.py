@@ -49,7 +49,7 @@ async def test_a_direct_reply_over_the_limit_waits_then_streams(database_url: st
 
 async def test_a_direct_reply_past_the_longest_wait_says_when_to_retry(database_url: str) -> None:
     limits = RateLimitSettings(requests=1, window_s=60, max_wait_s=0.5)
-    async with running(make_settings(database_url, rate_limit=limits)) as (base, app), httpx.AsyncClient() as client:
+    async with running(make_settings(database_url, rate_limit=limits)) as (base, _), httpx.AsyncClient() as client:
         conv = await new_conversation(client, base, "alice")
         async with await connect(base, conv["id"], "alice") as ws:
             assert (await _reply(client, base, ws, conv["id"]))[-1]["type"] == "message.completed"
@@ -63,25 +63,24 @@ async def test_a_direct_reply_past_the_longest_wait_says_when_to_retry(database_
 
 async def test_the_agent_and_the_direct_path_share_one_budget_through_redis(database_factory, tmp_path, redis_url):
     limits = {"requests": 2, "window_s": 2.0, "redis_prefix": f"test-rl-{uuid.uuid4().hex}"}
-    async with agent_service(await database_factory("agent"), tmp_path, rate_limit=limits,
-                             redis_url=redis_url) as agent_url:
-        # One REDIS_URL for both services, as deployed: the chat's fan-out and both services' budget.
-        async with chat_service(await database_factory("chat"), agent_url,
-                                rate_limit=RateLimitSettings(**limits), redis_url=redis_url) as stack:
-            cid = await stack.conversation()
-            ws = await connect(stack.chat_url, cid, "alice")
-            done = ("agent.complete", "message.completed", "agent.error", "message.error")
-            await stack.send(cid, "/agent hello there")
-            agent_turn = await recv_until(ws, lambda f: f["type"] == "agent.complete")
-            frames = []
-            for _ in range(2):
-                # A plain message in a new conversation: the direct path.
-                plain = await stack.conversation()
-                plain_ws = await connect(stack.chat_url, plain, "alice")
-                await stack.send(plain, "tell me a joke")
-                frames.append(await recv_until(plain_ws, lambda f: f["type"] in done))
-                await plain_ws.close()
-            await ws.close()
+    agent_db, chat_db = await database_factory("agent"), await database_factory("chat")
+    # One REDIS_URL for both services, as deployed: the chat's fan-out and both services' budget.
+    async with agent_service(agent_db, tmp_path, rate_limit=limits, redis_url=redis_url) as agent_url, \
+            chat_service(chat_db, agent_url, rate_limit=RateLimitSettings(**limits), redis_url=redis_url) as stack:
+        cid = await stack.conversation()
+        ws = await connect(stack.chat_url, cid, "alice")
+        done = ("agent.complete", "message.completed", "agent.error", "message.error")
+        await stack.send(cid, "/agent hello there")
+        agent_turn = await recv_until(ws, lambda f: f["type"] == "agent.complete")
+        frames = []
+        for _ in range(2):
+            # A plain message in a new conversation: the direct path.
+            plain = await stack.conversation()
+            plain_ws = await connect(stack.chat_url, plain, "alice")
+            await stack.send(plain, "tell me a joke")
+            frames.append(await recv_until(plain_ws, lambda f: f["type"] in done))
+            await plain_ws.close()
+        await ws.close()
     assert not [f for f in agent_turn if f["type"] == "agent.waiting"]
     assert not [f for f in frames[0] if f["type"] == "agent.waiting"]
     assert [f for f in frames[1] if f["type"] == "agent.waiting"], "the agent's call and one direct call used the budget"
