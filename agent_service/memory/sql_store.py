@@ -25,6 +25,10 @@ agent_memories = Table(
     Column("created_at", UTCDateTime(), nullable=False),
 )
 
+# Words in nearly every memory (each is "User: ... Assistant: ..." about the user) that would make
+# every memory of the owner a match; PostgreSQL's english configuration drops the pronouns itself.
+MEMORY_STOP_WORDS = frozenset(["i", "me", "my", "mine", "you", "your", "yours", "user", "assistant", "remember", "that"])
+
 _SQLITE_RECALL = text(
     """
     SELECT m.id, m.content, m.created_at, m.session_id, -bm25(agent_memories_fts) AS score
@@ -61,7 +65,7 @@ class SqlMemoryStore:
             return Memory(id=result.scalar_one(), content=content, created_at=at, session_id=session_id)
 
     async def recall(self, owner: Owner, query: str, limit: int) -> list[Candidate]:
-        terms = query_terms(query)
+        terms = [term for term in query_terms(query) if term not in MEMORY_STOP_WORDS]
         if not terms or limit <= 0:
             return []
         async with self._sessionmaker() as db:

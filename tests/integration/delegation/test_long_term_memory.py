@@ -7,6 +7,7 @@ import websockets
 
 from tests.integration.conversation_service.support import auth, token, ws_url
 from tests.integration.delegation.stack import agent_service, chat_service, final_of, recv_until
+from tests.support.servers import free_port
 
 
 async def _agent_reply(stack, user: str, text: str, headers: dict | None = None) -> str:
@@ -61,3 +62,11 @@ async def test_a_user_sees_and_deletes_only_her_own_memory(database_factory, tmp
         everything = await stack.http.delete(f"{base}/memory", headers=auth("bob"))
         assert everything.json() == {"deleted": 1}
         assert (await stack.http.get(f"{base}/memory", headers=auth("bob"))).json()["items"] == []
+
+
+async def test_memory_requests_answer_503_while_the_agent_service_is_unreachable(database_factory):
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    async with chat_service(await database_factory("chat"), unreachable) as stack:
+        for method, path in (("GET", "/memory"), ("DELETE", "/memory"), ("DELETE", "/memory/7")):
+            r = await stack.http.request(method, f"{stack.chat_url}{path}", headers=auth("alice"))
+            assert r.status_code == 503 and r.json()["error"] == "unavailable", (method, path, r.text)
