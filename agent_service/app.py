@@ -18,6 +18,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from agent_service import health
 from agent_service.deps import AgentState
 from agent_service.errors import install_error_handlers
+from agent_service.hooks.loading import load_hooks
+from agent_service.hooks.runner import HookRunner
+from agent_service.memory import router as memory_router
+from agent_service.memory.health import MemoryHealth
+from agent_service.memory.recall import LongTermMemory
+from agent_service.memory.sql_store import SqlMemoryStore
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
 from agent_service.profiles import router as profiles_router
@@ -44,6 +50,7 @@ from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
 from shared.logging import RequestIdMiddleware
 from shared.serving import Shutdown
+from shared.rate_limit import RateLimiter, build_limiter, default_model
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +73,43 @@ async def build_tools(
         tools = build_registry(sessionmaker)
     profiles.check_tools(lambda name: find_tool(tools, name) is not None)
     return tools
+
+
+def build_hooks(stack: AsyncExitStack, settings: AgentServiceSettings, metrics: AgentMetrics) -> HookRunner:
+    """The lifecycle hooks the settings and installed entry points name, closed when the service stops."""
+    hooks = load_hooks(settings)
+    runner = HookRunner(hooks, timeout_s=settings.hook_timeout_seconds, metrics=metrics)
+    stack.push_async_callback(runner.aclose)
+    if hooks:
+        log.info("lifecycle hooks loaded", extra={"hooks": [hook.name for hook in hooks]})
+    return runner
+
+
+def build_rate_limits(stack: AsyncExitStack, settings: AgentServiceSettings) -> RateLimiter | None:
+    """The limiter on model calls; counted in Redis when ``REDIS_URL`` is set, so replicas share one budget."""
+    limiter = build_limiter(settings.rate_limit, settings.redis_url)
+    if limiter is not None:
+        stack.push_async_callback(limiter.aclose)
+        log.info("rate limits on model calls", extra={"shared": settings.redis_url is not None})
+    return limiter
+
+
+def build_memory(
+    settings: AgentServiceSettings, sessionmaker: async_sessionmaker, metrics: AgentMetrics,
+) -> LongTermMemory | None:
+    """Long-term memory on the service's database, its health exported as ``agent_memory_health``."""
+    if not settings.memory_enabled:
+        return None
+    health = MemoryHealth(
+        normal_k=settings.memory_top_k, degraded_k=settings.memory_degraded_top_k,
+        degraded_window_s=settings.memory_degraded_window_seconds, fail_max=settings.memory_fail_max,
+        reset_timeout_s=settings.memory_reset_timeout_seconds,
+    )
+    metrics.memory_health.set_function(lambda: float(health.state()))
+    return LongTermMemory(
+        SqlMemoryStore(sessionmaker), health, metrics.memory_failures, token_budget=settings.memory_token_budget,
+        recency_half_life_s=settings.memory_recency_half_life_hours * 3600, timeout_s=settings.memory_timeout_seconds,
+    )
 
 
 def build_model(stack: AsyncExitStack, settings: AgentServiceSettings, provider: LLMProvider | None) -> LLMProvider:
@@ -118,9 +162,13 @@ async def build_agent(
     sessionmaker = create_sessionmaker(db_engine)
     profiles = ProfileStore.from_file(settings.profiles_file)
     tools = await build_tools(settings, sessionmaker, profiles, tools)
+    provider = build_model(stack, settings, provider)
+    memory = build_memory(settings, sessionmaker, metrics)
     engine = ReActEngine(
-        build_model(stack, settings, provider), tools, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
+        provider, tools, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
         tool_timeout_s=settings.tool_timeout_seconds, max_tool_result_chars=settings.max_tool_result_chars,
+        hooks=build_hooks(stack, settings, metrics), limiter=build_rate_limits(stack, settings),
+        default_model=default_model(settings.llm, provider), memory=memory,
     )
     event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics)
     if not settings.api_keys:
@@ -140,6 +188,7 @@ async def build_agent(
                            poll_seconds=settings.replay_poll_seconds),
             metrics, stopping=app.state.shutdown.begun,
         ),
+        memory=memory,
     )
 
 
@@ -161,7 +210,7 @@ def create_app(
     install_api_docs(app)  # /docs with its files served from here: it works offline
     install_openapi(app)  # the document defines the ErrorBody every error answer is
     install_error_handlers(app)
-    for module in (health, runs_router, sessions_router, profiles_router):
+    for module in (health, runs_router, sessions_router, profiles_router, memory_router):
         app.include_router(module.router)
     install_heap_profile(app, settings.debug)  # only with DEBUG_HEAP_PROFILE=1
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)

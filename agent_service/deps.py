@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_service.memory.recall import LongTermMemory
 from agent_service.metrics import AgentMetrics
 from agent_service.profiles.service import ProfileStore
 from agent_service.runs.leases import LeaseKeeper
@@ -29,6 +30,8 @@ class AgentState:
     run_service: RunService
     session_service: SessionService
     streamer: EventStreamer
+    # None when AGENT_SERVICE_MEMORY_ENABLED is off.
+    memory: LongTermMemory | None = None
 
 
 def _part(name: str) -> Any:
@@ -45,3 +48,4 @@ ProfilesDep = Annotated[ProfileStore, _part("profiles")]
 RunServiceDep = Annotated[RunService, _part("run_service")]
 SessionServiceDep = Annotated[SessionService, _part("session_service")]
 StreamerDep = Annotated[EventStreamer, _part("streamer")]
+MemoryDep = Annotated[LongTermMemory | None, _part("memory")]

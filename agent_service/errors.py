@@ -73,6 +73,16 @@ class NothingToCancel(AgentServiceError):
     error = "nothing_to_cancel"
 
 
+class MemoryNotFound(AgentServiceError):
+    status_code = 404
+    error = "memory_not_found"
+
+
+class MemoryOff(AgentServiceError):
+    status_code = 503
+    error = "memory_off"
+
+
 class QuestionExpired(AgentServiceError):
     status_code = 410
     error = "question_expired"
@@ -103,6 +113,7 @@ RUN_ERROR_RETRYABLE: dict[ErrorCode, bool] = {
     ErrorCode.CANCELLED: False,
     ErrorCode.INTERRUPTED: True,
     ErrorCode.QUESTION_EXPIRED: False,
+    ErrorCode.RATE_LIMITED: True,
     ErrorCode.INTERNAL: False,
 }
 

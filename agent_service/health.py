@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from agent_service.deps import DatabaseDep, MetricsDep
+from agent_service.deps import DatabaseDep, MemoryDep, MetricsDep
 from agent_service.errors import NotReady
 from shared.http_contract import METRICS_RESPONSE, errors
 
@@ -16,8 +16,9 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/health")
-async def health() -> dict[str, str]:
-    return {"status": "ok"}
+async def health(memory: MemoryDep) -> dict[str, str]:
+    """Alive; ``memory`` says how long-term memory is doing (NORMAL, DEGRADED, DOWN, or OFF)."""
+    return {"status": "ok", "memory": memory.health.state().name if memory is not None else "OFF"}
 
 
 @router.get("/ready", responses=errors({503: "the database does not answer"}))

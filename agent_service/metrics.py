@@ -53,6 +53,25 @@ class AgentMetrics:
             "From a model delta received to its SSE bytes written to a live stream (non-terminal events)",
             buckets=_OVERHEAD_BUCKETS, registry=self.registry,
         )
+        self.hook_failures = Counter(
+            "agent_hook_failures", "Hook calls that raised or timed out and were skipped, by hook, point and reason",
+            ["hook", "point", "reason"], registry=self.registry,
+        )
+        self.rate_limit_waits: Labelled[Counter] = Labelled(
+            Counter(
+                "agent_rate_limit_waits", "Model calls that waited for room in a rate limit (WAITING events), by limit",
+                ["limit"], registry=self.registry,
+            ),
+            "limit",
+        )
+        self.memory_failures = Counter(
+            "agent_memory_failures", "Memory store calls that failed or timed out, by operation", ["operation"],
+            registry=self.registry,
+        )
+        self.memory_health = Gauge(
+            "agent_memory_health", "Long-term memory health: 0 NORMAL, 1 DEGRADED, 2 DOWN (history only)",
+            registry=self.registry,
+        )
         self.dropped_subscribers = Counter(
             "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",
             registry=self.registry,

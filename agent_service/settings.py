@@ -11,19 +11,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.db import is_sqlite
 from shared.heap_profile import HeapProfileSettings
 from shared.llm.config import LLMSettings
+from shared.rate_limit.config import RateLimitSettings
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 
 
 class AgentServiceSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AGENT_SERVICE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="AGENT_SERVICE_", extra="ignore", populate_by_name=True)
 
     database_url: str = "sqlite+aiosqlite:///var/agent_service.db"
     # Several keys are valid at once so a key can be rotated without downtime.
@@ -60,11 +61,39 @@ class AgentServiceSettings(BaseSettings):
     # On SIGTERM: how long open connections get before they are cut off (SSE streams end at once;
     # runs under way end with ERROR INTERRUPTED). Keep it below the orchestrator's kill timeout.
     shutdown_grace_s: Annotated[float, Field(gt=0, le=600)] = 8.0
+    # Lifecycle hooks (agent_service.hooks), ``module:Class`` each, called in this order; then those
+    # installed packages declare under the ``taskforce.agent_hooks`` entry point group.
+    hooks: Annotated[list[str], NoDecode] = []
+    hook_entry_points: bool = True
+    # Longest one hook call may take before it is skipped (and counted as failed).
+    hook_timeout_seconds: Annotated[float, Field(gt=0)] = 2.0
+    # The file the audit log hook appends its JSON lines to.
+    audit_log: Path | None = None
+    # ``organisation:tool`` pairs the tool block hook refuses.
+    blocked_tools: Annotated[list[str], NoDecode] = []
+    # Long-term memory: each completed turn is remembered for its (organisation, user) and recalled
+    # in later conversations (agent_service.memory).
+    memory_enabled: bool = True
+    memory_top_k: Annotated[int, Field(ge=1, le=50)] = 8
+    memory_degraded_top_k: Annotated[int, Field(ge=1, le=50)] = 3
+    # Tokens the recalled memories may add to a prompt.
+    memory_token_budget: Annotated[int, Field(ge=1)] = 600
+    memory_recency_half_life_hours: Annotated[float, Field(gt=0)] = 168.0
+    # A store call slower than this counts as a failure (the run goes on without it).
+    memory_timeout_seconds: Annotated[float, Field(gt=0)] = 2.0
+    memory_degraded_window_seconds: Annotated[float, Field(gt=0)] = 15.0
+    memory_fail_max: Annotated[int, Field(ge=1)] = 5
+    memory_reset_timeout_seconds: Annotated[float, Field(gt=0)] = 60.0
     log_level: str = "INFO"
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    # Limits on model calls per organisation and model (AGENT_SERVICE_RATE_LIMIT_*).
+    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    # Unprefixed, as the ConversationService reads it: with it, replicas (and the direct path) share
+    # one rate-limit budget; without it each process counts its own.
+    redis_url: str | None = Field(default=None, validation_alias=AliasChoices("redis_url", "REDIS_URL"))
     debug: HeapProfileSettings = Field(default_factory=HeapProfileSettings)
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "hooks", "blocked_tools", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):

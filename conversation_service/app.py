@@ -14,6 +14,7 @@ from conversation_service.errors import install_error_handlers
 from conversation_service.health import router as health_router
 from conversation_service.interactions.router import router as agent_router
 from conversation_service.lifespan import lifespan
+from conversation_service.memory.router import router as memory_router
 from conversation_service.messages.router import router as messages_router
 from conversation_service.settings import ConversationSettings
 from conversation_service.websocket.router import router as ws_router
@@ -48,6 +49,7 @@ def create_app(settings: ConversationSettings | None = None) -> FastAPI:
     app.include_router(conversations_router)
     app.include_router(messages_router)
     app.include_router(agent_router)
+    app.include_router(memory_router)
     app.include_router(ws_router)
     app.include_router(dead_letters_router)
     install_heap_profile(app)  # only with DEBUG_HEAP_PROFILE=1

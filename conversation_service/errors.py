@@ -71,6 +71,12 @@ class InvalidInput(ServiceError):
     ws_close_code = WS_POLICY_VIOLATION
 
 
+class Unavailable(ServiceError):
+    status_code = 503
+    error = "unavailable"
+    ws_close_code = WS_TRY_AGAIN_LATER
+
+
 def error_body(error: str, detail: Any = None) -> dict[str, Any]:
     return {"error": error, "detail": detail}
 

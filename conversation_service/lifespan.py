@@ -47,6 +47,7 @@ from shared.db import create_engine, create_sessionmaker
 from shared.http_metrics import install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
+from shared.rate_limit import RateLimiter, build_limiter, default_model
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +95,15 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 settings.agent_service_url, settings.agent_service_api_key.get_secret_value() or "unset",
                 config=settings.delegation.client_config(),
             ))
+            app.state.agent_client = client  # the memory routes ask the Agent Service directly
             # Replies and turns under way stop before the client they use closes.
             tasks = app.state.tasks = await stack.enter_async_context(TaskSupervisor(app.state.shutdown))
             replier = DirectLLMReplier(
                 storage.sessionmaker, llm, realtime.publisher, metrics.direct,
                 history_messages=settings.direct_history_messages,
                 system_prompt=settings.direct_llm_system_prompt, max_tokens=settings.direct_llm_max_tokens,
+                limiter=await stack.enter_async_context(build_rate_limits(settings)),
+                model=default_model(settings.llm, llm),
             )
             agent = app.state.agent = await stack.enter_async_context(
                 build_agent(settings, storage, realtime, llm, client, replier, tasks, metrics))
@@ -134,6 +138,18 @@ async def build_llm(settings: ConversationSettings) -> AsyncIterator[LLMProvider
             yield llm
         finally:
             await llm.aclose()
+
+
+@asynccontextmanager
+async def build_rate_limits(settings: ConversationSettings) -> AsyncIterator[RateLimiter | None]:
+    """The Agent Service's limits (the same AGENT_SERVICE_RATE_LIMIT_* variables) on direct replies;
+    with REDIS_URL they draw on the same budget as the agent's own calls."""
+    limiter = build_limiter(settings.rate_limit, settings.redis_url)
+    try:
+        yield limiter
+    finally:
+        if limiter is not None:
+            await limiter.aclose()
 
 
 @asynccontextmanager

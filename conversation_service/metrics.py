@@ -46,7 +46,7 @@ class DirectReplyMetrics:
     def __init__(self, r: CollectorRegistry) -> None:
         self.replies = _labelled(Counter(
             "conversation_direct_replies_total", "Direct LLM replies, by outcome", ["outcome"], registry=r
-        ), "outcome", ("ok", "error"))
+        ), "outcome", ("ok", "error", "rate_limited"))
         self.first_chunk_seconds = Histogram(
             "conversation_direct_first_chunk_seconds", "From reply start to the first streamed chunk",
             buckets=_FIRST_CHUNK, registry=r,

@@ -17,6 +17,7 @@ from conversation_service.history.settings import HistorySettings
 from conversation_service.routing.settings import RoutingSettings
 from shared.db import is_sqlite
 from shared.llm.config import LLMSettings
+from shared.rate_limit.config import RateLimitSettings
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,9 @@ class ConversationSettings(BaseSettings):
     delegation: DelegationSettings = Field(default_factory=DelegationSettings)
     history: HistorySettings = Field(default_factory=HistorySettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    # The Agent Service's rate limits, read from the same AGENT_SERVICE_RATE_LIMIT_* variables:
+    # the direct path honours them for its own model calls.
+    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
 
     @cached_property
     def allowed_origins(self) -> frozenset[str]:

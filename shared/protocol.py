@@ -14,7 +14,14 @@ from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 # Bounds that keep one request from exhausting the service. The message limit itself is a
 # setting of the Agent Service (413 above it); these are the hard outer caps of the contract.
@@ -101,6 +108,8 @@ class EventType(StrEnum):
     ASK_USER = "ASK_USER"
     COMPLETE = "COMPLETE"
     ERROR = "ERROR"
+    # The run waits for room in a rate limit before its next model call (non-terminal).
+    WAITING = "WAITING"
 
 
 # Events after which a run's stream ends: the run finished, failed or paused for the user.
@@ -129,6 +138,15 @@ class ToolEndData(BaseModel):
 
 class AnswerChunkData(BaseModel):
     text: str
+
+
+class WaitingData(BaseModel):
+    """Why the run waits and for how long (seconds from the event's ``ts``); it carries on by itself."""
+
+    reason: str
+    wait_s: Annotated[float, Field(ge=0)]
+    # Which budget is spent: requests, input_tokens or output_tokens.
+    limit: str | None = None
 
 
 class AskUserKind(StrEnum):
@@ -168,6 +186,7 @@ class ErrorCode(StrEnum):
     CANCELLED = "CANCELLED"
     INTERRUPTED = "INTERRUPTED"  # the process running the run stopped (crash, restart)
     QUESTION_EXPIRED = "QUESTION_EXPIRED"
+    RATE_LIMITED = "RATE_LIMITED"  # a rate limit would have made the run wait too long; see retry_after_s
     INTERNAL = "INTERNAL"
 
 
@@ -175,6 +194,16 @@ class ErrorData(BaseModel):
     code: str
     message: str
     retryable: bool = False
+    # When a retry may succeed, in seconds from the event's ``ts`` (RATE_LIMITED); absent otherwise,
+    # so errors without it read on the wire as they always did.
+    retry_after_s: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_retry(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("retry_after_s") is None:
+            data.pop("retry_after_s", None)
+        return data
 
 
 EVENT_DATA_MODELS: dict[EventType, type[BaseModel]] = {
@@ -185,6 +214,7 @@ EVENT_DATA_MODELS: dict[EventType, type[BaseModel]] = {
     EventType.ASK_USER: AskUserData,
     EventType.COMPLETE: CompleteData,
     EventType.ERROR: ErrorData,
+    EventType.WAITING: WaitingData,
 }
 
 
@@ -246,6 +276,25 @@ class ProfileInfo(BaseModel):
     model: str | None = None
     tools: list[str] = []
     max_steps: int
+
+
+class MemoryItem(BaseModel):
+    """One thing the agent remembers about a user (a completed turn)."""
+
+    id: int
+    content: str
+    created_at: datetime
+    session_id: str | None = None
+
+
+class MemoryList(BaseModel):
+    """Body of ``GET /api/v1/agent/memory``: the owner's memories, newest first."""
+
+    items: list[MemoryItem]
+
+
+class MemoryDeleted(BaseModel):
+    deleted: int
 
 
 class ErrorBody(BaseModel):

@@ -26,8 +26,10 @@ CANCELLED = "the run was cancelled"
 INTERRUPTED = "the service stopped while the run was executing"
 
 
-def run_error(code: ErrorCode, message: str) -> ErrorData:
-    return ErrorData(code=code.value, message=message, retryable=RUN_ERROR_RETRYABLE.get(code, False))
+def run_error(code: ErrorCode, message: str, retry_after_s: float | None = None) -> ErrorData:
+    return ErrorData(
+        code=code.value, message=message, retryable=RUN_ERROR_RETRYABLE.get(code, False), retry_after_s=retry_after_s,
+    )
 
 
 def ended_status(code: ErrorCode) -> SessionStatus:
@@ -68,7 +70,7 @@ def ending_of(outcome: Outcome, state: RunState, start_transcript: list[dict[str
             EventType.ASK_USER, data, SessionStatus.AWAITING_USER, state.transcript_json(), run_state=state.to_json(),
             pending_question=q.model_dump(mode="json") | {"call_id": outcome.call_id},
         )
-    data = run_error(outcome.code, outcome.message)
+    data = run_error(outcome.code, outcome.message, outcome.retry_after_s)
     return Ending(EventType.ERROR, data, ended_status(outcome.code), start_transcript, error_code=outcome.code.value)
 
 

@@ -19,6 +19,20 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from agent_service.hooks.base import (
+    AfterModelCall,
+    AfterTool,
+    AnswerChunk,
+    BeforeModelCall,
+    BeforeTool,
+    HookPoint,
+    RunEnd,
+    RunInfo,
+    RunStart,
+)
+from agent_service.hooks.runner import HookRunner, no_hooks
+from agent_service.memory.recall import LongTermMemory, memory_message
+from agent_service.memory.store import Owner
 from agent_service.metrics import AgentMetrics
 from agent_service.runs.state import (
     Completed,
@@ -52,8 +66,10 @@ from shared.protocol import (
     ThoughtData,
     ToolEndData,
     ToolStartData,
+    WaitingData,
     utcnow,
 )
+from shared.rate_limit import RateLimited, RateLimiter, Wait
 from shared.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, count_messages_tokens, count_tokens
 
 log = logging.getLogger(__name__)
@@ -81,11 +97,17 @@ Emit = Callable[[EventType, BaseModel], Any]
 class ReActEngine:
     def __init__(
         self, provider: LLMProvider, tools: ToolLookup, metrics: AgentMetrics, *, ask_user_timeout_s: float,
-        tool_timeout_s: float = 30.0, max_tool_result_chars: int = 16_000,
+        tool_timeout_s: float = 30.0, max_tool_result_chars: int = 16_000, hooks: HookRunner | None = None,
+        limiter: RateLimiter | None = None, default_model: str | None = None, memory: LongTermMemory | None = None,
     ) -> None:
         self.provider = provider
         self.tools = tools
         self.metrics = metrics
+        self.hooks = hooks if hooks is not None else no_hooks(metrics)
+        self.limiter = limiter
+        # The model a profile without one is served by: the budget it draws on.
+        self.default_model = default_model or provider.name
+        self.memory = memory
         self.ask_user_timeout = timedelta(seconds=ask_user_timeout_s)
         self.tool_timeout_s = tool_timeout_s
         self.max_tool_result_chars = max_tool_result_chars
@@ -96,7 +118,38 @@ class ReActEngine:
     ) -> Outcome:
         """Run until an answer, a question or a failure. ``ready``, when given, is awaited before the
         first event is emitted (the caller's bookkeeping may still be under way when the first
-        model call starts)."""
+        model call starts). The ``run_start`` and ``run_end`` hooks are called around it; a
+        cancelled run ends with ERROR CANCELLED for them too."""
+        run = run_info(ctx)
+        started = time.perf_counter()
+        if self.hooks.wants(HookPoint.RUN_START):
+            await self.hooks.call(HookPoint.RUN_START, RunStart(run, _last_user_message(state), resume is not None))
+        outcome: Outcome = Failed(ErrorCode.INTERNAL, "the run failed unexpectedly")
+        try:
+            if self.memory is not None:
+                await self._recall(ctx, state)
+            outcome = await self._run(ctx, state, emit, resume, ready)
+            if self.memory is not None and isinstance(outcome, Completed):
+                await self.memory.remember(
+                    _owner(ctx), _last_user_message(state), outcome.answer, ctx.session_id,
+                )
+            return outcome
+        except asyncio.CancelledError:
+            outcome = Failed(ErrorCode.CANCELLED, "the run was cancelled")
+            raise
+        finally:
+            if self.hooks.wants(HookPoint.RUN_END):
+                await self.hooks.call(HookPoint.RUN_END, _run_end(run, outcome, state, time.perf_counter() - started))
+
+    async def _recall(self, ctx: RunContext, state: RunState) -> None:
+        """What the user told the agent before, relevant to this message, into the run's prompts."""
+        assert self.memory is not None
+        recalled = memory_message(await self.memory.recall(_owner(ctx), _last_user_message(state)))
+        state.context = [recalled] if recalled is not None else []
+
+    async def _run(
+        self, ctx: RunContext, state: RunState, emit: Emit, resume: Resume | None, ready: Awaitable[None] | None,
+    ) -> Outcome:
         answer: list[str] = []
         if resume is not None and state.pending_calls:
             call = state.pending_calls.pop(0)
@@ -127,11 +180,14 @@ class ReActEngine:
                         f"{profile.max_context_tokens}",
                     )
             try:
-                text, calls = await self._model_turn(state, specs, options, emit, answer, ready)
+                text, calls = await self._model_turn(ctx, state, specs, options, emit, answer, ready)
             except LLMError as exc:
                 code = ErrorCode.LLM_UNAVAILABLE if exc.retryable else ErrorCode.LLM_ERROR
                 log.warning("model call failed", extra={"error_type": type(exc).__name__, "code": code.value})
                 return Failed(code, f"the language model failed: {exc}")
+            except RateLimited as exc:
+                return Failed(ErrorCode.RATE_LIMITED, f"{exc.reason}: retry in {exc.retry_after_s:.0f} s",
+                              retry_after_s=round(exc.retry_after_s, 3))
             ready = None
             state.transcript.append(LLMMessage(role="assistant", content=text, tool_calls=tuple(calls)))
             if not calls:
@@ -145,13 +201,22 @@ class ReActEngine:
         )
 
     async def _model_turn(
-        self, state: RunState, specs, options: CompletionOptions, emit: Emit, answer: list[str],
+        self, ctx: RunContext, state: RunState, specs, options: CompletionOptions, emit: Emit, answer: list[str],
         ready: Awaitable[None] | None = None,
     ) -> tuple[str, list[ToolCall]]:
         text: list[str] = []
         reasoning: list[str] = []
         calls: list[ToolCall] = []
         done: LLMDone | None = None
+        run = run_info(ctx)
+        # The prompt of this call: hooks may change it; the run's transcript stays as it is.
+        prompt = BeforeModelCall(run, state.steps, state.prompt(), options)
+        if self.hooks.wants(HookPoint.BEFORE_MODEL_CALL):
+            await self.hooks.call(HookPoint.BEFORE_MODEL_CALL, prompt)
+        chunk_hooks = self.hooks.wants(HookPoint.ANSWER_CHUNK)
+        model = prompt.options.model or self.default_model
+        if self.limiter is not None:
+            await self._take_budget(run, model, prompt.messages, emit, ready)
         started = time.perf_counter()
         first = True
 
@@ -160,7 +225,7 @@ class ReActEngine:
                 emit(EventType.THOUGHT, ThoughtData(text="".join(reasoning), step=state.steps))
                 reasoning.clear()
 
-        stream = self.provider.stream(state.transcript, tools=specs, options=options)
+        stream = self.provider.stream(prompt.messages, tools=specs, options=prompt.options)
         try:
             async for event in fair_share(stream):
                 if first:
@@ -177,6 +242,8 @@ class ReActEngine:
                     # A reader that keeps up has the chunk on its socket when emit returns (see
                     # EventLog); fair_share pauses for other runs after it, never before.
                     emit(EventType.ANSWER_CHUNK, AnswerChunkData(text=event.text))
+                    if chunk_hooks:
+                        await self.hooks.call(HookPoint.ANSWER_CHUNK, AnswerChunk(run, event.text))
                 elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                 elif isinstance(event, ToolCall):
@@ -190,19 +257,44 @@ class ReActEngine:
                 await aclose()
         end_reasoning()
         content = "".join(text)
+        completion_before = state.usage.completion_tokens
+        if self.hooks.wants(HookPoint.AFTER_MODEL_CALL):
+            await self.hooks.call(
+                HookPoint.AFTER_MODEL_CALL,
+                AfterModelCall(run, state.steps, content, list(calls), time.perf_counter() - started),
+            )
         state.usage.llm_calls += 1
         if done is not None and done.prompt_tokens:
             state.usage.prompt_tokens += done.prompt_tokens
         else:
             state.usage.prompt_tokens += await asyncio.to_thread(
-                count_messages_tokens, [(m.role, m.content) for m in state.transcript]
+                count_messages_tokens, [(m.role, m.content) for m in prompt.messages]
             )
         if done is not None and done.completion_tokens:
             state.usage.completion_tokens += done.completion_tokens
         else:
             state.usage.completion_tokens += count_tokens(content)
         state.usage.total_tokens = state.usage.prompt_tokens + state.usage.completion_tokens
+        if self.limiter is not None:
+            await self.limiter.record_output(run.org_id, model, state.usage.completion_tokens - completion_before)
         return content, calls
+
+    async def _take_budget(
+        self, run: RunInfo, model: str, messages: list[LLMMessage], emit: Emit, ready: Awaitable[None] | None,
+    ) -> None:
+        """Wait for room in the organisation's rate limits for this call, saying so with WAITING events."""
+        assert self.limiter is not None
+
+        async def on_wait(wait: Wait) -> None:
+            if ready is not None:
+                await ready  # nothing is emitted before the run's claim committed
+            self.metrics.rate_limit_waits[wait.dimension.value].inc()
+            emit(EventType.WAITING, WaitingData(reason=wait.reason, wait_s=wait.wait_s, limit=wait.dimension.value))
+
+        async def input_tokens() -> int:
+            return await asyncio.to_thread(count_messages_tokens, [(m.role, m.content) for m in messages])
+
+        await self.limiter.acquire(run.org_id, model, input_tokens, on_wait)
 
     async def _run_pending(self, ctx: RunContext, state: RunState, emit: Emit) -> Paused | None:
         """Execute the pending tool calls in order; stop at one that needs the user."""
@@ -237,27 +329,19 @@ class ReActEngine:
         return Paused(question=pending, call_id=call.id)
 
     async def _execute(self, ctx: RunContext, state: RunState, call: ToolCall, emit: Emit) -> None:
-        tool = find_tool(self.tools, call.name) if call.name in ctx.profile.tools else None
+        """Run one tool call between its TOOL_START and TOOL_END; a ``before_tool`` hook may refuse
+        it, which the model reads as the tool's error."""
+        run = run_info(ctx)
+        before = BeforeTool(run, call.id, call.name, dict(call.arguments))
+        if self.hooks.wants(HookPoint.BEFORE_TOOL):
+            await self.hooks.call(HookPoint.BEFORE_TOOL, before)
         emit(EventType.TOOL_START, ToolStartData(call_id=call.id, tool=call.name, args=call.arguments))
         state.usage.tool_calls += 1
         started = time.perf_counter()
-        ok, result, error = False, None, None
-        if tool is None:
-            error = f"unknown tool {call.name!r}; available: {', '.join(ctx.profile.tools) or 'none'}"
+        if before.refusal is not None:
+            ok, result, error = False, None, before.refusal
         else:
-            try:
-                result = await asyncio.wait_for(
-                    tool.run(call.arguments, ToolContext(ctx.session_id, ctx.run_id, ctx.user_context)),
-                    self.tool_timeout_s,
-                )
-                ok = True
-            except ToolError as exc:
-                error = str(exc)
-            except TimeoutError:
-                error = f"{call.name} did not finish within {self.tool_timeout_s:g} s"
-            except Exception:
-                log.exception("tool failed", extra={"tool": call.name})
-                error = f"{call.name} failed with an internal error"
+            ok, result, error = await self._invoke(ctx, call)
         duration = time.perf_counter() - started
         self.metrics.tool_latency.labels(call.name).observe(duration)
         emit(
@@ -267,13 +351,57 @@ class ReActEngine:
                 duration_ms=round(duration * 1000, 3),
             ),
         )
+        if self.hooks.wants(HookPoint.AFTER_TOOL):
+            await self.hooks.call(
+                HookPoint.AFTER_TOOL, AfterTool(run, call.id, call.name, call.arguments, ok, result, error, duration),
+            )
         self._tool_result(state, call, result if ok else {"error": error})
+
+    async def _invoke(self, ctx: RunContext, call: ToolCall) -> tuple[bool, Any, str | None]:
+        """``(ok, result, error)`` of running the tool the call names."""
+        tool = find_tool(self.tools, call.name) if call.name in ctx.profile.tools else None
+        if tool is None:
+            return False, None, f"unknown tool {call.name!r}; available: {', '.join(ctx.profile.tools) or 'none'}"
+        try:
+            result = await asyncio.wait_for(
+                tool.run(call.arguments, ToolContext(ctx.session_id, ctx.run_id, ctx.user_context)),
+                self.tool_timeout_s,
+            )
+            return True, result, None
+        except ToolError as exc:
+            return False, None, str(exc)
+        except TimeoutError:
+            return False, None, f"{call.name} did not finish within {self.tool_timeout_s:g} s"
+        except Exception:
+            log.exception("tool failed", extra={"tool": call.name})
+            return False, None, f"{call.name} failed with an internal error"
 
     def _tool_result(self, state: RunState, call: ToolCall, result: Any) -> None:
         content = as_text(result)
         if len(content) > self.max_tool_result_chars:
             content = content[: self.max_tool_result_chars] + " …[truncated]"
         state.transcript.append(LLMMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+
+
+def run_info(ctx: RunContext) -> RunInfo:
+    user = ctx.user_context
+    return RunInfo(ctx.session_id, ctx.run_id, ctx.profile.name, user.user_id, user.org_id)
+
+
+def _owner(ctx: RunContext) -> Owner:
+    return Owner(user_id=ctx.user_context.user_id, org_id=ctx.user_context.org_id)
+
+
+def _last_user_message(state: RunState) -> str:
+    return next((m.content for m in reversed(state.transcript) if m.role == "user"), "")
+
+
+def _run_end(run: RunInfo, outcome: Outcome, state: RunState, duration_s: float) -> RunEnd:
+    if isinstance(outcome, Completed):
+        return RunEnd(run, EventType.COMPLETE.value, None, state.usage, duration_s)
+    if isinstance(outcome, Paused):
+        return RunEnd(run, EventType.ASK_USER.value, None, state.usage, duration_s)
+    return RunEnd(run, EventType.ERROR.value, outcome.code.value, state.usage, duration_s)
 
 
 def _surely_within(transcript: list[LLMMessage], limit: int) -> bool:

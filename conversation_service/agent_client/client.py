@@ -19,7 +19,7 @@ import re
 import uuid
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
 import orjson
@@ -35,7 +35,14 @@ from conversation_service.agent_client.errors import (
 from conversation_service.agent_client.retry import RetryHook, Sleep, call_with_retries
 from conversation_service.agent_client.stream import AgentEventStream, _SSEConnection
 from shared.logging import REQUEST_ID_HEADER, request_id_var
-from shared.protocol import MAX_ID_CHARS, ExecuteRequest, SessionStatusResponse
+from shared.protocol import (
+    MAX_ID_CHARS,
+    ExecuteRequest,
+    MemoryDeleted,
+    MemoryList,
+    SessionStatusResponse,
+    UserContext,
+)
 from shared.sse import SSE_MEDIA_TYPE
 
 API_PREFIX = "/api/v1/agent"
@@ -157,6 +164,24 @@ class AgentServiceClient:
         """
         return await self._session_call("cancel", "POST", session_id, "/cancel")
 
+    async def list_memory(self, user: UserContext) -> MemoryList:
+        """What the agent remembers about ``user`` (their organisation's and their own only), newest first."""
+        body = await self._call_json("list_memory", "GET", f"{API_PREFIX}/memory?{_owner_query(user)}")
+        try:
+            return MemoryList.model_validate(body)
+        except pydantic.ValidationError as exc:
+            raise AgentProtocolError("invalid memory list from the Agent Service") from exc
+
+    async def forget(self, user: UserContext, memory_id: int | None = None) -> MemoryDeleted:
+        """Delete one of ``user``'s memories, or all of them. :class:`AgentNotFoundError` when
+        ``memory_id`` is not one of theirs. Deleting twice deletes nothing more, so it is retried."""
+        path = f"{API_PREFIX}/memory" if memory_id is None else f"{API_PREFIX}/memory/{int(memory_id)}"
+        body = await self._call_json("forget", "DELETE", f"{path}?{_owner_query(user)}")
+        try:
+            return MemoryDeleted.model_validate(body)
+        except pydantic.ValidationError as exc:
+            raise AgentProtocolError("invalid answer to a memory deletion from the Agent Service") from exc
+
     async def health(self) -> dict[str, Any]:
         """``GET /health``, tried once: a health check reports the state now, it does not wait it out."""
         body = await self._call_json("health", "GET", "/health", retries=False)
@@ -258,3 +283,9 @@ class AgentServiceClient:
                     raise AgentProtocolError(f"the Agent Service answer exceeds {limit} bytes")
         return bytes(out)
 
+
+def _owner_query(user: UserContext) -> str:
+    params = {"user_id": user.user_id}
+    if user.org_id:
+        params["org_id"] = user.org_id
+    return urlencode(params)

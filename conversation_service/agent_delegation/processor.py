@@ -16,6 +16,7 @@ Mapping (DESIGN §5):
     TOOL_START    -> agent.tool_start      (tool status kept in the message's agent metadata)
     TOOL_END      -> agent.tool_end        (idem; metadata written at this boundary)
     ANSWER_CHUNK  -> message.delta         (no database write per chunk)
+    WAITING       -> agent.waiting         (reason, wait_s, until: the page counts down)
     ASK_USER      -> message.completed (the question as text, for clients that know no agent.*)
                      + agent.ask_user; a pending interaction row; session AWAITING_USER
     COMPLETE      -> message.completed + agent.complete; the final message written once
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -64,6 +66,7 @@ from shared.protocol import (
     ThoughtData,
     ToolEndData,
     ToolStartData,
+    WaitingData,
     utcnow,
 )
 
@@ -73,6 +76,7 @@ log = logging.getLogger(__name__)
 USER_ERROR_TEXT = {
     "LLM_UNAVAILABLE": "The agent's language model is unavailable right now. Please try again in a moment.",
     "LLM_ERROR": "The agent's language model returned an error. Please try again.",
+    "RATE_LIMITED": "Your organisation has reached its usage limit for the agent. Please try again later.",
     "MAX_STEPS_EXCEEDED": "The agent could not finish within its step limit. Try a simpler or more specific request.",
     "TOKEN_LIMIT_EXCEEDED": "The conversation is too long for the agent. Start a new conversation or shorten it.",
     "TOOL_ERROR": "One of the agent's tools failed. Please try again.",
@@ -230,6 +234,13 @@ class AgentEventProcessor:
                 )
             case EventType.TOOL_END:
                 await self._tool_end(state, ToolEndData.model_validate(envelope.data))
+            case EventType.WAITING:
+                data = WaitingData.model_validate(envelope.data)
+                await self._publisher.emit(cid, FrameType.AGENT_WAITING, {
+                    "message_id": turn.message_id, "reason": data.reason, "wait_s": data.wait_s, "limit": data.limit,
+                    # From the event's time, so a frame read late still counts down to the right moment.
+                    "until": (envelope.ts + timedelta(seconds=data.wait_s)).isoformat(),
+                })
 
     async def _tool_end(self, state: _TurnState, data: ToolEndData) -> None:
         turn = state.turn
@@ -321,6 +332,8 @@ class AgentEventProcessor:
 
     async def _agent_error(self, state: _TurnState, data: ErrorData) -> TurnOutcome:
         text = USER_ERROR_TEXT.get(data.code, DEFAULT_USER_ERROR)
+        if data.retry_after_s is not None:
+            text = f"{text.removesuffix(' Please try again later.')} Please try again in {math.ceil(data.retry_after_s)} s."
         await self.fail(state.turn, state, code=data.code, text=text, retryable=data.retryable)
         return TurnOutcome(TurnOutcomeKind.AGENT_ERROR, content="".join(state.parts), last_seq=state.last_seq,
                            error_code=data.code)

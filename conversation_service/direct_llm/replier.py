@@ -8,8 +8,11 @@ in a ``message.error`` frame and the message marked ``error``: never silence.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import time
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -23,10 +26,14 @@ from conversation_service.realtime.publisher import FramePublisher
 from shared.fastpath.fair_share import fair_share
 from shared.llm.base import CompletionOptions, LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
 from shared.logging import conversation_id_var
+from shared.protocol import utcnow
+from shared.rate_limit import RateLimited, RateLimiter, Wait
+from shared.tokens import count_messages_tokens, count_tokens
 
 log = logging.getLogger(__name__)
 
 USER_FACING_LLM_ERROR = "Sorry, the assistant could not answer right now. Please try again in a moment."
+USER_FACING_RATE_LIMITED = "Your organisation has reached its usage limit."
 
 
 class DirectLLMReplier:
@@ -40,6 +47,8 @@ class DirectLLMReplier:
         history_messages: int,
         system_prompt: str,
         max_tokens: int,
+        limiter: RateLimiter | None = None,
+        model: str = "",
     ) -> None:
         self._sessionmaker = sessionmaker
         self._provider = provider
@@ -48,6 +57,9 @@ class DirectLLMReplier:
         self._history_messages = history_messages
         self._system_prompt = system_prompt
         self._options = CompletionOptions(max_tokens=max_tokens)
+        # The rate limits the Agent Service enforces, on this path's own calls, in ``model``'s budget.
+        self._limiter = limiter
+        self._model = model or provider.name
 
     async def build_prompt(self, conversation_id: str) -> list[LLMMessage]:
         async with unit_of_work(self._sessionmaker) as session:
@@ -83,7 +95,15 @@ class DirectLLMReplier:
             await self._publisher.emit(
                 conversation_id, FrameType.MESSAGE_CREATED, MessageOut.model_validate(message).model_dump(mode="json")
             )
-            return await self._stream(conversation_id, message, prompt)
+            try:
+                await self._take_budget(conversation, message, prompt)
+            except RateLimited as exc:
+                text = f"{USER_FACING_RATE_LIMITED} Please try again in {math.ceil(exc.retry_after_s)} s."
+                return await self._fail(conversation_id, message, "", "rate_limited", text, outcome="rate_limited")
+            message = await self._stream(conversation_id, message, prompt)
+            if self._limiter is not None and message.content:
+                await self._limiter.record_output(conversation.org_id, self._model, count_tokens(message.content))
+            return message
         finally:
             conversation_id_var.reset(token)
 
@@ -111,18 +131,7 @@ class DirectLLMReplier:
                 log.exception("direct reply failed", extra={"message_id": message.id})
             else:
                 log.warning("direct reply failed", extra={"message_id": message.id, "error_type": type(exc).__name__})
-            content = "".join(parts)
-            async with unit_of_work(self._sessionmaker) as session:
-                await MessageRepository(session).finish(message.id, content=content, status=MessageStatus.ERROR.value)
-            await self._publisher.emit(
-                conversation_id,
-                FrameType.MESSAGE_ERROR,
-                {"message_id": message.id, "code": code, "text": USER_FACING_LLM_ERROR, "content": content},
-                boundary=True,
-            )
-            self._metrics.replies["error"].inc()
-            message.content, message.status = content, MessageStatus.ERROR.value
-            return message
+            return await self._fail(conversation_id, message, "".join(parts), code, USER_FACING_LLM_ERROR)
 
         content = "".join(parts)
         async with unit_of_work(self._sessionmaker) as session:
@@ -136,3 +145,37 @@ class DirectLLMReplier:
         self._metrics.replies["ok"].inc()
         message.content, message.status = content, MessageStatus.COMPLETE.value
         return message
+
+    async def _fail(
+        self, conversation_id: str, message: Message, content: str, code: str, text: str, *, outcome: str = "error",
+    ) -> Message:
+        """End the reply as an error the user sees, keeping what was streamed."""
+        async with unit_of_work(self._sessionmaker) as session:
+            await MessageRepository(session).finish(message.id, content=content, status=MessageStatus.ERROR.value)
+        await self._publisher.emit(
+            conversation_id,
+            FrameType.MESSAGE_ERROR,
+            {"message_id": message.id, "code": code, "text": text, "content": content},
+            boundary=True,
+        )
+        self._metrics.replies[outcome].inc()
+        message.content, message.status = content, MessageStatus.ERROR.value
+        return message
+
+    async def _take_budget(self, conversation: Conversation, message: Message, prompt: list[LLMMessage]) -> None:
+        """Wait for room in the organisation's rate limits; the page shows the wait as for the agent's
+        (``agent.waiting``: the same countdown on the reply's message)."""
+        if self._limiter is None:
+            return
+
+        async def on_wait(wait: Wait) -> None:
+            until = utcnow() + timedelta(seconds=wait.wait_s)
+            await self._publisher.emit(conversation.id, FrameType.AGENT_WAITING, {
+                "message_id": message.id, "reason": wait.reason, "wait_s": wait.wait_s,
+                "limit": wait.dimension.value, "until": until.isoformat(),
+            })
+
+        async def input_tokens() -> int:
+            return await asyncio.to_thread(count_messages_tokens, [(m.role, m.content) for m in prompt])
+
+        await self._limiter.acquire(conversation.org_id, self._model, input_tokens, on_wait)

@@ -25,6 +25,8 @@ class FrameType:
     AGENT_ASK_USER = "agent.ask_user"
     AGENT_COMPLETE = "agent.complete"
     AGENT_ERROR = "agent.error"
+    # The agent waits for room in a rate limit: reason, wait_s and until (when it carries on).
+    AGENT_WAITING = "agent.waiting"
     NOTICE = "notice"
     # The owner deleted the conversation: its other open pages close it.
     CONVERSATION_DELETED = "conversation.deleted"

@@ -3,6 +3,7 @@
 import { QuestionCard } from "./cards.js";
 import { formatDuration } from "./dom.js";
 import { MessageView } from "./message.js";
+import { WaitingCountdown } from "./waiting.js";
 
 const NO_LONGER_WAITING = "The agent is no longer waiting for this answer.";
 const EXPIRED = "This question expired. Send a new message to start again.";
@@ -20,9 +21,11 @@ export class ChatView {
     this.decisions = new Set();  // ids of approval answers shown on their card instead of as a message
     this.askedIn = new Map();    // question_id -> the message that asked it
     this.loadingHistory = false;
+    this.countdown = new WaitingCountdown(status);
   }
 
   clear() {
+    this.countdown.stop();
     this.messages.clear();
     this.cards.clear();
     this.decisions.clear();
@@ -152,6 +155,8 @@ export class ChatView {
     const wasNear = this.nearBottom();
     // The message a frame is about, made if its message.created was not seen.
     const view = () => (typeof d.message_id === "string" ? this.message(d.message_id, "assistant") : null);
+    // Whatever the agent does next ends its wait; a notice is about something else.
+    if (this.countdown.active && frame.type !== "agent.waiting" && frame.type !== "notice") this.countdown.stop();
     switch (frame.type) {
       case "message.created":
         this.upsert(d);
@@ -189,6 +194,9 @@ export class ChatView {
       case "agent.ask_user":
         this.askUser(d, d.message_id);
         this.status.set("The agent is waiting for your answer.");
+        break;
+      case "agent.waiting":
+        this.countdown.start(d, view());
         break;
       case "agent.complete":
         this.status.set("");

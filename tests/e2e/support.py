@@ -100,10 +100,12 @@ async def chat_stack(
     delegation: dict | None = None,
     agent_chunk_delay: float = 0.005,
     agent_down: bool = False,
+    agent_overrides: dict | None = None,
 ) -> AsyncIterator[ChatStack]:
     """The Agent Service and a ConversationService delegating to it, each with its SQLite file.
 
-    ``agent_down``: the ConversationService points at a port nobody listens on.
+    ``agent_down``: the ConversationService points at a port nobody listens on. ``agent_overrides``:
+    more Agent Service settings.
     """
     if agent_down:
         async with _chat_service(tmp_path, f"http://127.0.0.1:{free_port()}", profile, delegation) as stack:
@@ -114,6 +116,7 @@ async def chat_stack(
         api_keys=[AGENT_KEY],
         migrate_on_start=True,
         knowledge_dir=tmp_path / "no-docs",
+        **(agent_overrides or {}),
     )
     # A small pause per chunk, so answers stream over several frames as they would from a model.
     agent_app = create_agent_app(

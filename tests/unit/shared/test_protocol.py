@@ -24,6 +24,7 @@ from shared.protocol import (
     ToolEndData,
     ToolStartData,
     Usage,
+    WaitingData,
 )
 
 TS = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -39,6 +40,7 @@ PAYLOADS = {
     ),
     EventType.COMPLETE: CompleteData(answer="17*23 = 391.", usage=Usage(prompt_tokens=5, completion_tokens=3, total_tokens=8)),
     EventType.ERROR: ErrorData(code="LLM_UNAVAILABLE", message="down", retryable=True),
+    EventType.WAITING: WaitingData(reason="rate limit of 2 requests per 60 s reached", wait_s=12.5, limit="requests"),
 }
 
 

@@ -21,7 +21,7 @@ async def test_auth_failures_and_key_rotation(agent, db) -> None:
 
 
 async def test_health_ready_and_metrics_need_no_key(agent) -> None:
-    assert (await agent.http.get("/health")).json() == {"status": "ok"}
+    assert (await agent.http.get("/health")).json() == {"status": "ok", "memory": "NORMAL"}
     ready = await agent.http.get("/ready")
     assert ready.status_code == 200 and ready.json()["database"] == "ok"
     assert (await agent.http.get("/metrics")).status_code == 200

@@ -261,6 +261,18 @@ async def test_unknown_event_types_are_skipped_but_keep_the_sequence(client: Age
 
 
 @respx.mock
+async def test_waiting_events_are_parsed_not_skipped(client: AgentServiceClient) -> None:
+    waiting = sse_event(2, EventType.WAITING, {"reason": "rate limit reached", "wait_s": 12.5, "limit": "requests"})
+    respx.post(EXECUTE_URL).mock(return_value=sse(sse_event(1), waiting, sse_event(3, EventType.COMPLETE)))
+    stream = client.execute_agent(request())
+    async with stream:
+        events = [event async for event in stream]
+    assert [e.type for e in events] == [EventType.ANSWER_CHUNK, EventType.WAITING, EventType.COMPLETE]
+    assert events[1].payload().wait_s == 12.5
+    assert stream.unknown_events_skipped == 0
+
+
+@respx.mock
 async def test_reconnects_are_bounded(client: AgentServiceClient, recording_sleep: RecordingSleep) -> None:
     respx.post(EXECUTE_URL).mock(return_value=sse(sse_event(1), then=httpx.ReadError("reset")))
     events_route = respx.get(EVENTS_URL).mock(return_value=httpx.Response(503, json={"error": "Busy"}))

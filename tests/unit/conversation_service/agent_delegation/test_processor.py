@@ -446,6 +446,23 @@ async def test_agent_error_shows_a_user_friendly_text(bed: Bed, code: str, expec
     assert await bed.agent_status() is None
 
 
+async def test_waiting_shows_a_countdown_and_rate_limited_says_when_to_retry(bed: Bed) -> None:
+    waiting = {"reason": "rate limit of 2 requests per 60 s reached", "wait_s": 12.5, "limit": "requests"}
+    events = numbered([(EventType.WAITING, waiting),
+                       (EventType.ERROR, {"code": "RATE_LIMITED", "message": "x", "retryable": True,
+                                          "retry_after_s": 41.2})])
+    outcome = await bed.processor().process(bed.turn(), stream_of(events))
+
+    assert outcome.error_code == "RATE_LIMITED"
+    assert bed.log.types[1:] == [FrameType.AGENT_WAITING, FrameType.MESSAGE_ERROR, FrameType.AGENT_ERROR]
+    frame = bed.log.frames[1].data
+    assert {k: frame[k] for k in ("message_id", "reason", "wait_s", "limit")} == {"message_id": bed.message_id, **waiting}
+    assert frame["until"] == (events[0].ts + timedelta(seconds=12.5)).isoformat()
+    assert bed.log.frames[-1].data["message"] == (
+        "Your organisation has reached its usage limit for the agent. Please try again in 42 s."
+    )
+
+
 async def test_a_stream_that_breaks_mid_run_ends_the_message_as_error(bed: Bed) -> None:
     events = numbered([(EventType.THOUGHT, {"text": "hm"}), chunk("The answer "), chunk("is")])
     broken = AgentStreamError("the event stream broke and 3 reconnects failed (AgentTransportError)")

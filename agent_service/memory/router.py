@@ -1,0 +1,58 @@
+"""What the agent remembers about a user, for the ConversationService to show and delete.
+
+The caller (holding an API key, like for execute) names the owner; every query is limited to that
+(organisation, user): another owner's memory is never listed, and deleting it is a 404.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from agent_service.auth import ApiKey
+from agent_service.deps import MemoryDep
+from agent_service.errors import MemoryNotFound, MemoryOff
+from agent_service.memory.recall import LongTermMemory
+from agent_service.memory.store import Owner
+from shared.protocol import MAX_ID_CHARS, ErrorBody, MemoryDeleted, MemoryItem, MemoryList
+
+router = APIRouter(prefix="/api/v1/agent/memory", tags=["memory"])
+
+_ERRORS = {
+    401: {"model": ErrorBody, "description": "missing or invalid X-API-Key"},
+    404: {"model": ErrorBody, "description": "no such memory of this user"},
+    503: {"model": ErrorBody, "description": "long-term memory is off"},
+}
+UserId = Annotated[str, Query(min_length=1, max_length=MAX_ID_CHARS)]
+OrgId = Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS)]
+MAX_LISTED = 500
+
+
+def _store(memory: LongTermMemory | None):
+    if memory is None:
+        raise MemoryOff("long-term memory is off (AGENT_SERVICE_MEMORY_ENABLED=false)")
+    return memory.store
+
+
+@router.get("", response_model=MemoryList, responses=_ERRORS)
+async def list_memory(_: ApiKey, memory: MemoryDep, user_id: UserId, org_id: OrgId = None) -> MemoryList:
+    memories = await _store(memory).list(Owner(user_id, org_id), MAX_LISTED)
+    return MemoryList(items=[
+        MemoryItem(id=m.id, content=m.content, created_at=m.created_at, session_id=m.session_id) for m in memories
+    ])
+
+
+@router.delete("", response_model=MemoryDeleted, responses=_ERRORS)
+async def forget_all(_: ApiKey, memory: MemoryDep, user_id: UserId, org_id: OrgId = None) -> MemoryDeleted:
+    return MemoryDeleted(deleted=await _store(memory).delete(Owner(user_id, org_id)))
+
+
+@router.delete("/{memory_id}", response_model=MemoryDeleted, responses=_ERRORS)
+async def forget(
+    _: ApiKey, memory: MemoryDep, memory_id: int, user_id: UserId, org_id: OrgId = None,
+) -> MemoryDeleted:
+    deleted = await _store(memory).delete(Owner(user_id, org_id), memory_id)
+    if not deleted:
+        raise MemoryNotFound(f"no memory {memory_id} of this user")
+    return MemoryDeleted(deleted=deleted)

@@ -1,0 +1,165 @@
+"""Sliding-window counts: how much of each budget the calls of the last ``window_s`` seconds used.
+
+``reserve`` checks every dimension of one call at once and records it only if all fit (a call that
+would fit its requests but not its tokens takes nothing); when one does not fit it says which, and
+how long until enough of the window's oldest entries have aged out for it to. ``MemoryWindow``
+counts in this process; ``RedisWindow`` in Redis, one script per reservation so that replicas
+checking at the same moment cannot both take the last unit, timed by the Redis server's clock so
+that replicas' clocks need not agree.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from shared.rate_limit.config import Dimension
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One dimension of a call: it fits when ``used + need <= limit``; on success ``add`` is recorded.
+    (Output tokens are known only after the call: it needs one token of room and records nothing.)"""
+
+    dimension: Dimension
+    limit: int
+    need: int
+    add: int
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    dimension: Dimension
+    wait_s: float
+
+
+class Window(Protocol):
+    async def reserve(self, key: str, charges: Sequence[Charge], window_s: float) -> Shortfall | None: ...
+
+    async def record(self, key: str, dimension: Dimension, amount: int, window_s: float) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+def _wait_until_fits(entries: Sequence[tuple[float, int]], used: int, charge: Charge, window_s: float, now: float) -> float:
+    """Seconds until enough of ``entries`` (oldest first) age out for ``charge`` to fit."""
+    excess = used + min(charge.need, charge.limit) - charge.limit
+    for at, weight in entries:
+        excess -= weight
+        if excess <= 0:
+            return max(at + window_s - now, 0.001)
+    return window_s
+
+
+class MemoryWindow:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._entries: dict[tuple[str, Dimension], deque[tuple[float, int]]] = {}
+
+    def _current(self, key: str, dimension: Dimension, window_s: float, now: float) -> deque[tuple[float, int]]:
+        entries = self._entries.setdefault((key, dimension), deque())
+        while entries and entries[0][0] <= now - window_s:
+            entries.popleft()
+        return entries
+
+    async def reserve(self, key: str, charges: Sequence[Charge], window_s: float) -> Shortfall | None:
+        now = self._clock()
+        worst: Shortfall | None = None
+        for charge in charges:
+            entries = self._current(key, charge.dimension, window_s, now)
+            used = sum(weight for _, weight in entries)
+            # A call larger than the whole budget goes alone, once the window is empty.
+            if used + min(charge.need, charge.limit) > charge.limit:
+                wait = _wait_until_fits(entries, used, charge, window_s, now)
+                if worst is None or wait > worst.wait_s:
+                    worst = Shortfall(charge.dimension, wait)
+        if worst is not None:
+            return worst
+        for charge in charges:
+            if charge.add:
+                self._entries[(key, charge.dimension)].append((now, charge.add))
+        return None
+
+    async def record(self, key: str, dimension: Dimension, amount: int, window_s: float) -> None:
+        if amount > 0:
+            now = self._clock()
+            self._current(key, dimension, window_s, now).append((now, amount))
+
+    async def aclose(self) -> None:
+        return None
+
+
+# KEYS: one sorted set per dimension. ARGV: window in ms, a unique id, then limit/need/add per key.
+# Members are "<id>:<weight>" scored by the time in ms; the result is {0} or {wait_ms, key index}.
+_RESERVE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[1])
+local worst, worst_key = 0, 0
+for i, key in ipairs(KEYS) do
+  local limit = tonumber(ARGV[3 * i])
+  local need = math.min(tonumber(ARGV[3 * i + 1]), limit)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local used = 0
+  for j = 1, #entries, 2 do used = used + tonumber(string.match(entries[j], ':(%d+)$')) end
+  if used + need > limit then
+    local excess, wait = used + need - limit, window
+    for j = 1, #entries, 2 do
+      excess = excess - tonumber(string.match(entries[j], ':(%d+)$'))
+      if excess <= 0 then wait = math.max(tonumber(entries[j + 1]) + window - now, 1) break end
+    end
+    if wait > worst then worst, worst_key = wait, i end
+  end
+end
+if worst > 0 then return {worst, worst_key} end
+for i, key in ipairs(KEYS) do
+  local add = tonumber(ARGV[3 * i + 2])
+  if add > 0 then
+    redis.call('ZADD', key, now, ARGV[2] .. ':' .. add)
+    redis.call('PEXPIRE', key, window)
+  end
+end
+return {0}
+"""
+
+_RECORD = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[2] .. ':' .. ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 0
+"""
+
+
+class RedisWindow:
+    def __init__(self, redis_url: str, prefix: str) -> None:
+        from redis.asyncio import Redis
+
+        self._redis = Redis.from_url(redis_url)
+        self._prefix = prefix
+        self._reserve = self._redis.register_script(_RESERVE)
+        self._record = self._redis.register_script(_RECORD)
+
+    def _key(self, key: str, dimension: Dimension) -> str:
+        return f"{self._prefix}:{key}:{dimension.value}"
+
+    async def reserve(self, key: str, charges: Sequence[Charge], window_s: float) -> Shortfall | None:
+        args: list[int | str] = [int(window_s * 1000), uuid.uuid4().hex]
+        for charge in charges:
+            args += [charge.limit, charge.need, charge.add]
+        result = await self._reserve(keys=[self._key(key, c.dimension) for c in charges], args=args)
+        if int(result[0]) == 0:
+            return None
+        return Shortfall(charges[int(result[1]) - 1].dimension, int(result[0]) / 1000)
+
+    async def record(self, key: str, dimension: Dimension, amount: int, window_s: float) -> None:
+        if amount > 0:
+            await self._record(keys=[self._key(key, dimension)], args=[int(window_s * 1000), uuid.uuid4().hex, amount])
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()
