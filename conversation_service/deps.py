@@ -15,6 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
+from conversation_service.agent_client import AgentServiceClient
 from conversation_service.auth.tokens import AuthenticatedUser, verify_token
 from conversation_service.conversations.service import get_owned_conversation
 from conversation_service.db.models import Conversation
@@ -59,6 +60,10 @@ async def _dead_letters(conn: HTTPConnection) -> DeadLetterReplayer:
     return conn.app.state.dead_letters
 
 
+async def _agent_client(conn: HTTPConnection) -> AgentServiceClient:
+    return conn.app.state.agent_client
+
+
 SettingsDep = Annotated[ConversationSettings, Depends(_settings)]
 MetricsDep = Annotated[ConversationMetrics, Depends(_metrics)]
 StorageDep = Annotated[Storage, Depends(_storage)]
@@ -67,6 +72,7 @@ AgentDep = Annotated[AgentParts, Depends(_agent)]
 MessageServiceDep = Annotated[MessageService, Depends(_messages)]
 AnswerServiceDep = Annotated[AnswerService, Depends(_answers)]
 DeadLetterReplayerDep = Annotated[DeadLetterReplayer, Depends(_dead_letters)]
+AgentClientDep = Annotated[AgentServiceClient, Depends(_agent_client)]
 
 
 async def get_session(storage: StorageDep) -> AsyncIterator[AsyncSession]:

@@ -15,15 +15,17 @@ from agent_service.deps import MemoryDep
 from agent_service.errors import MemoryNotFound, MemoryOff
 from agent_service.memory.recall import LongTermMemory
 from agent_service.memory.store import Owner
-from shared.protocol import MAX_ID_CHARS, ErrorBody, MemoryDeleted, MemoryItem, MemoryList
+from shared.http_contract import errors
+from shared.protocol import MAX_ID_CHARS, MemoryDeleted, MemoryItem, MemoryList
 
 router = APIRouter(prefix="/api/v1/agent/memory", tags=["memory"])
 
-_ERRORS = {
-    401: {"model": ErrorBody, "description": "missing or invalid X-API-Key"},
-    404: {"model": ErrorBody, "description": "no such memory of this user"},
-    503: {"model": ErrorBody, "description": "long-term memory is off"},
-}
+_ERRORS = errors({
+    401: "missing or invalid X-API-Key",
+    404: "no such memory of this user",
+    422: "a user or organisation id longer than allowed, or a memory id that is not a number",
+    503: "long-term memory is off",
+})
 UserId = Annotated[str, Query(min_length=1, max_length=MAX_ID_CHARS)]
 OrgId = Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS)]
 MAX_LISTED = 500

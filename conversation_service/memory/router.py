@@ -8,25 +8,24 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Path
 
-from conversation_service.agent_client import AgentNotFoundError, AgentServiceClient, AgentServiceError
+from conversation_service.agent_client import AgentNotFoundError, AgentServiceError
 from conversation_service.auth.tokens import AuthenticatedUser
-from conversation_service.deps import CurrentUser
+from conversation_service.deps import AgentClientDep, CurrentUser
 from conversation_service.errors import NotFound, Unavailable
-from shared.protocol import ErrorBody, MemoryDeleted, MemoryList, UserContext
+from shared.http_contract import errors
+from shared.protocol import MemoryDeleted, MemoryList, UserContext
 
 router = APIRouter(prefix="/memory", tags=["memory"])
 
-_ERRORS = {s: {"model": ErrorBody} for s in (401, 404, 503)}
+_ERRORS = errors({
+    401: "missing, invalid or expired bearer token",
+    404: "no such memory of the caller's",
+    422: "a memory id that is not a number",
+    503: "the Agent Service's memory cannot be reached",
+})
 UNAVAILABLE = "the agent's memory cannot be reached right now; try again in a moment"
-
-
-def _client(request: Request) -> AgentServiceClient:
-    return request.app.state.agent_client
-
-
-ClientDep = Annotated[AgentServiceClient, Depends(_client)]
 
 
 def _owner(user: AuthenticatedUser) -> UserContext:
@@ -34,7 +33,7 @@ def _owner(user: AuthenticatedUser) -> UserContext:
 
 
 @router.get("", response_model=MemoryList, responses=_ERRORS)
-async def list_memory(user: CurrentUser, client: ClientDep) -> MemoryList:
+async def list_memory(user: CurrentUser, client: AgentClientDep) -> MemoryList:
     """What the agent remembers about you (one entry per agent turn you completed), newest first."""
     try:
         return await client.list_memory(_owner(user))
@@ -43,7 +42,7 @@ async def list_memory(user: CurrentUser, client: ClientDep) -> MemoryList:
 
 
 @router.delete("", response_model=MemoryDeleted, responses=_ERRORS)
-async def forget_everything(user: CurrentUser, client: ClientDep) -> MemoryDeleted:
+async def forget_everything(user: CurrentUser, client: AgentClientDep) -> MemoryDeleted:
     """Delete everything the agent remembers about you."""
     try:
         return await client.forget(_owner(user))
@@ -53,7 +52,7 @@ async def forget_everything(user: CurrentUser, client: ClientDep) -> MemoryDelet
 
 @router.delete("/{memory_id}", response_model=MemoryDeleted, responses=_ERRORS)
 async def forget(
-    user: CurrentUser, client: ClientDep, memory_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    user: CurrentUser, client: AgentClientDep, memory_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
 ) -> MemoryDeleted:
     """Delete one memory; 404 when it is not one of yours."""
     try:
