@@ -34,6 +34,7 @@ from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.hub import Hub, InProcessHub, RedisHub
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.realtime.repository import FrameRepository
+from conversation_service.realtime.reservations import SeqReservations
 from conversation_service.realtime.seq import InProcessSeqAllocator, RedisSeqAllocator, SeqAllocator
 from conversation_service.realtime.writer import FrameWriter
 from conversation_service.resilience.breaker import BreakerState, CircuitBreaker
@@ -151,11 +152,14 @@ async def build_realtime(
 
     hub: Hub
     seq: SeqAllocator
+    reservations = SeqReservations(storage.sessionmaker)
+    block = settings.frame_seq_block
     if settings.redis_url:
         hub = RedisHub(settings.redis_url, f"{settings.redis_channel_prefix}:frames")
-        seq = RedisSeqAllocator(settings.redis_url, settings.redis_channel_prefix, seq_floor)
+        seq = RedisSeqAllocator(settings.redis_url, settings.redis_channel_prefix, seq_floor, reservations,
+                                block=block)
     else:
-        hub, seq = InProcessHub(), InProcessSeqAllocator(seq_floor)
+        hub, seq = InProcessHub(), InProcessSeqAllocator(seq_floor, reservations, block=block)
     async with AsyncExitStack() as stack:
         stack.push_async_callback(seq.close)
         await hub.start()

@@ -63,6 +63,9 @@ class ConversationSettings(BaseSettings):
     frame_flush_interval_s: float = Field(default=0.05, gt=0, le=5)
     frame_flush_max_batch: int = Field(default=500, ge=1, le=10_000)
     frame_writer_queue_size: int = Field(default=20_000, ge=100)
+    # Frame seqs are reserved durably this many at a time (one small write per block and
+    # conversation); after a crash the unused rest of a block is a hole in the seqs, never a reuse.
+    frame_seq_block: int = Field(default=100, ge=1, le=100_000)
 
     # Direct LLM path: how many recent messages make up the prompt, and its system prompt.
     direct_history_messages: int = Field(default=20, ge=1, le=1000)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import case, func, insert, select, update
 
 from conversation_service.db.models import Conversation, ConversationFrame, utcnow
 from conversation_service.db.repository import Repository
@@ -48,3 +48,40 @@ class FrameRepository(Repository):
             select(func.max(ConversationFrame.seq)).where(ConversationFrame.conversation_id == conversation_id)
         )
         return int(result.scalar_one() or 0)
+
+
+class SeqReservationRepository(Repository):
+    """``conversations.seq_reserved``: only ever raised, except by ``release`` from a value this
+    process itself set (a compare-and-set: a reservation someone raised since stays)."""
+
+    async def take_block(self, conversation_id: str, *, above: int, block: int) -> int:
+        base = case((Conversation.seq_reserved > above, Conversation.seq_reserved), else_=above)
+        result = await self.session.execute(
+            update(Conversation).where(Conversation.id == conversation_id)
+            .values(seq_reserved=base + block).returning(Conversation.seq_reserved)
+        )
+        reserved = result.scalar_one_or_none()
+        # No such conversation: its frames cannot be stored either (foreign key); count in memory.
+        return int(reserved) if reserved is not None else above + block
+
+    async def cover(self, conversation_id: str, seq: int, *, block: int) -> int:
+        await self.session.execute(
+            update(Conversation).where(Conversation.id == conversation_id, Conversation.seq_reserved < seq)
+            .values(seq_reserved=seq + block)
+        )
+        reserved = await self.reserved(conversation_id)
+        return reserved if reserved >= seq else seq + block
+
+    async def reserved(self, conversation_id: str) -> int:
+        result = await self.session.execute(
+            select(Conversation.seq_reserved).where(Conversation.id == conversation_id)
+        )
+        return int(result.scalar_one_or_none() or 0)
+
+    async def release(self, unused: dict[str, tuple[int, int]]) -> None:
+        for conversation_id, (last, limit) in unused.items():
+            await self.session.execute(
+                update(Conversation)
+                .where(Conversation.id == conversation_id, Conversation.seq_reserved == limit)
+                .values(seq_reserved=last)
+            )
