@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from functools import cached_property
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from conversation_service.agent_delegation.settings import DelegationSettings
@@ -67,6 +67,13 @@ class ConversationSettings(BaseSettings):
     # conversation); after a crash the unused rest of a block is a hole in the seqs, never a reuse.
     frame_seq_block: int = Field(default=100, ge=1, le=100_000)
 
+    # Turns (the reply to each accepted message) are owned under a lease the owner renews every
+    # third of it; a turn whose lease ran out (its replica died) is taken over by the next sweep of
+    # any replica, so a reply ends within about lease + sweep interval of a crash. Replica clocks
+    # must agree to well within the lease.
+    turn_lease_s: float = Field(default=10.0, ge=1, le=600)
+    turn_sweep_interval_s: float = Field(default=2.0, gt=0, le=60)
+
     # Direct LLM path: how many recent messages make up the prompt, and its system prompt.
     direct_history_messages: int = Field(default=20, ge=1, le=1000)
     direct_system_prompt: str = "You are a helpful assistant in a chat product. Answer concisely."
@@ -83,6 +90,12 @@ class ConversationSettings(BaseSettings):
     delegation: DelegationSettings = Field(default_factory=DelegationSettings)
     history: HistorySettings = Field(default_factory=HistorySettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
+
+    @model_validator(mode="after")
+    def _sweep_within_lease(self) -> ConversationSettings:
+        if self.turn_sweep_interval_s >= self.turn_lease_s:
+            raise ValueError("TURN_SWEEP_INTERVAL_S must be below TURN_LEASE_S")
+        return self
 
     @cached_property
     def allowed_origins(self) -> frozenset[str]:

@@ -4,9 +4,9 @@ from collections.abc import Sequence
 
 from sqlalchemy import case, func, insert, select, update
 
-from conversation_service.db.models import Conversation, ConversationFrame, utcnow
+from conversation_service.db.models import Conversation, ConversationFrame, Turn, TurnKind, utcnow
 from conversation_service.db.repository import Repository
-from conversation_service.realtime.frames import Frame
+from conversation_service.realtime.frames import Frame, TurnProgress
 
 
 class FrameRepository(Repository):
@@ -33,6 +33,33 @@ class FrameRepository(Repository):
                 .where(Conversation.id == conversation_id, Conversation.last_seq < seq)
                 .values(last_seq=seq)
             )
+        await self._record_progress(frames)
+
+    async def _record_progress(self, frames: Sequence[Frame]) -> None:
+        """The turns' progress, in the frames' transaction: a takeover resumes after what is stored."""
+        latest: dict[str, TurnProgress] = {}
+        for f in frames:
+            if f.progress is not None:
+                known = latest.get(f.progress.turn_id)
+                if known is None or f.progress.agent_seq >= known.agent_seq:
+                    latest[f.progress.turn_id] = f.progress
+        for p in latest.values():
+            await self.session.execute(
+                update(Turn).where(Turn.id == p.turn_id, Turn.last_agent_seq <= p.agent_seq).values(
+                    kind=TurnKind.AGENT.value, assistant_message_id=p.message_id,
+                    agent_session_id=p.agent_session_id, last_agent_seq=p.agent_seq, updated_at=utcnow(),
+                )
+            )
+
+    async def message_frames(self, conversation_id: str, message_id: str) -> list[Frame]:
+        """The stored frames about one message (its deltas, its end), in seq order."""
+        result = await self.session.execute(
+            select(ConversationFrame.type, ConversationFrame.seq, ConversationFrame.data)
+            .where(ConversationFrame.conversation_id == conversation_id,
+                   ConversationFrame.data["message_id"].as_string() == message_id)
+            .order_by(ConversationFrame.seq)
+        )
+        return [Frame(type=t, seq=s, conversation_id=conversation_id, data=d) for t, s, d in result.all()]
 
     async def list_after(self, conversation_id: str, after_seq: int, *, limit: int) -> list[Frame]:
         result = await self.session.execute(

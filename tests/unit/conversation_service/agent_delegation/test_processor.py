@@ -548,7 +548,7 @@ async def test_an_idle_processor_publishes_in_the_readers_step_and_coalesces_wha
     assert log.types == [FrameType.AGENT_THINKING, FrameType.AGENT_THINKING, FrameType.MESSAGE_DELTA,
                          FrameType.MESSAGE_COMPLETED, FrameType.AGENT_COMPLETE]
     delta = log.of(FrameType.MESSAGE_DELTA)[0]
-    assert delta.data == {"message_id": bed.message_id, "text": "abcd"}
+    assert delta.data == {"message_id": bed.message_id, "text": "abcd", "offset": 0}
     assert len(log.stamps[delta.seq]) == 4
     assert [f.data["text"] for f in log.of(FrameType.AGENT_THINKING)] == ["first", "second"]
 
