@@ -41,9 +41,10 @@ class TurnLeases:
     async def open(self, session: AsyncSession, turn_id: str, conversation_id: str) -> None:
         """In the transaction that accepts the message: from its commit on, the message has an
         owner that answers it, or another replica takes over."""
+        # Not in ``held`` yet: the transaction may still roll back; the reply's task (``hold``)
+        # starts well within the lease.
         await TurnRepository(session).open(turn_id, conversation_id, owner_id=self.replica_id,
                                            lease_expires_at=self.expires_at())
-        self.held.add(turn_id)
 
     async def hold(self, turn_id: str, reply: Coroutine[Any, Any, T]) -> T:
         """Run ``reply`` as the turn's owner; the turn is done once it returns or fails (a failure
