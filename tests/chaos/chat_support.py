@@ -78,6 +78,7 @@ class ChatClient:
     resumed_at: list[int] = field(default_factory=list)  # the after_seq of each resume
     _ws: Any = None
     _reader: asyncio.Task | None = None
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def last_seq(self) -> int:
@@ -97,18 +98,23 @@ class ChatClient:
                 frame = json.loads(raw)
                 if "seq" in frame:
                     self.frames.append(frame)
+                    self._arrived.set()
         except websockets.ConnectionClosed:
             pass
 
     async def wait_for(self, predicate, timeout: float) -> dict[str, Any]:
+        """The first frame received (so far or from now on) that matches ``predicate``."""
         deadline = time.monotonic() + timeout
         while True:
+            self._arrived.clear()
             found = next((f for f in self.frames if predicate(f)), None)
             if found is not None:
                 return found
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no such frame within {timeout} s; got {[f['type'] for f in self.frames]}")
-            await asyncio.sleep(0.02)
+            try:
+                await asyncio.wait_for(self._arrived.wait(), max(deadline - time.monotonic(), 0))
+            except TimeoutError:
+                raise TimeoutError(
+                    f"no such frame within {timeout} s; got {[f['type'] for f in self.frames]}") from None
 
     async def close(self) -> None:
         if self._ws is not None:
