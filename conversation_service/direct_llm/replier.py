@@ -20,8 +20,8 @@ from conversation_service.messages.schemas import MessageOut
 from conversation_service.metrics import DirectReplyMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
-from shared.fastpath.fair_share import fair_share
 from conversation_service.turns.repository import TurnRepository
+from shared.fastpath.fair_share import fair_share
 from shared.llm.base import LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
 from shared.logging import conversation_id_var
 

@@ -28,7 +28,13 @@ from tests.chaos.chat_support import (
     shown_text,
     stored_messages,
 )
-from tests.support.databases import REDIS_URL, fresh_database, postgres_available, redis_available, services_required
+from tests.support.databases import (
+    REDIS_URL,
+    fresh_database,
+    postgres_available,
+    redis_available,
+    services_required,
+)
 
 TRIES = 3
 

@@ -34,6 +34,10 @@ def _is_delta_of_reply(client: ChatClient, user_id: str):
     return lambda f: f["type"] == "message.delta" and f["data"]["message_id"] == reply_id(client.frames, user_id)
 
 
+def _is_end_of_reply(client: ChatClient, user_id: str):
+    return lambda f: is_end_of(f, reply_id(client.frames, user_id))
+
+
 @pytest.mark.timeout(150)
 async def test_sigterm_mid_stream_hands_the_turns_over_at_once(tmp_path) -> None:
     agent = agent_process(f"sqlite+aiosqlite:///{tmp_path / 'agent.db'}", tmp_path)
@@ -60,8 +64,7 @@ async def test_sigterm_mid_stream_hands_the_turns_over_at_once(tmp_path) -> None
         for kind, (client, user_id) in turns.items():
             await client.close()
             await client.connect(chat.url, resume=True)
-            ends[kind] = await client.wait_for(lambda f: is_end_of(f, reply_id(client.frames, user_id)),
-                                               LONG_LEASE_S - 5)
+            ends[kind] = await client.wait_for(_is_end_of_reply(client, user_id), LONG_LEASE_S - 5)
         handed_over_s = time.monotonic() - restarted_at
         await _check(chat.url, turns, ends)
     finally:
@@ -94,6 +97,6 @@ async def _check(base: str, turns: dict, ends: dict) -> None:
     for client, _ in turns.values():
         replay = ChatClient(client.cid)
         await replay.connect(base, resume=True)
-        await replay.wait_for(lambda f: f["seq"] >= client.last_seq, 10)
+        await replay.wait_for(lambda f, upto=client.last_seq: f["seq"] >= upto, 10)
         await replay.close()
         assert_seqs_are_forever(client.frames, replay.frames)

@@ -7,7 +7,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 from conversation_service.db import migrate
-from conversation_service.db.models import Conversation, Message, MessageStatus, Turn, TurnKind, TurnStatus, utcnow
+from conversation_service.db.models import (
+    Conversation,
+    Message,
+    MessageStatus,
+    Turn,
+    TurnKind,
+    TurnStatus,
+    utcnow,
+)
 from conversation_service.db.repository import unit_of_work
 from conversation_service.realtime.frames import Frame
 from conversation_service.realtime.repository import FrameRepository
