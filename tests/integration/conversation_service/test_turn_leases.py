@@ -75,3 +75,38 @@ async def test_a_released_turn_is_taken_over_at_once(database_url: str) -> None:
         assert [t.id for t in await other.claim_expired(10)] == [turn_id]
     finally:
         await engine.dispose()
+
+
+async def test_a_reply_held_to_its_end_marks_the_turn_done_and_a_cancelled_one_leaves_it_running(
+    database_url: str,
+) -> None:
+    engine = create_engine(database_url)
+    await migrate.upgrade(engine)
+    sessionmaker = create_sessionmaker(engine)
+    try:
+        leases = TurnLeases(sessionmaker, lease_s=30)
+        answered = await _accepted_message(sessionmaker, leases)
+        stopped = await _accepted_message(sessionmaker, leases)
+
+        async def reply() -> str:
+            return "ok"
+
+        assert await leases.hold(answered, reply()) == "ok"
+        assert (await _turn(sessionmaker, answered)).status == TurnStatus.DONE.value
+
+        started = asyncio.Event()
+
+        async def streaming() -> None:
+            started.set()
+            await asyncio.Event().wait()  # a reply still streaming when the service stops
+
+        task = asyncio.create_task(leases.hold(stopped, streaming()))
+        await started.wait()
+        assert stopped in leases.held
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        # Shutdown: still running (another replica takes it over), no longer held here.
+        assert (await _turn(sessionmaker, stopped)).status == TurnStatus.RUNNING.value
+        assert stopped not in leases.held
+    finally:
+        await engine.dispose()
