@@ -22,6 +22,7 @@ from conversation_service.agent_client import AgentServiceClient
 from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
 from conversation_service.agent_delegation.processor import AgentEventProcessor
 from conversation_service.agent_delegation.service import AgentDelegation
+from conversation_service.agent_delegation.takeover import TurnTakeover
 from conversation_service.db import migrate
 from conversation_service.dead_letters.replay import DeadLetterReplayer
 from conversation_service.db.repository import unit_of_work
@@ -35,6 +36,7 @@ from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.hub import Hub, InProcessHub, RedisHub
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.realtime.repository import FrameRepository
+from conversation_service.realtime.reservations import SeqReservations
 from conversation_service.realtime.seq import InProcessSeqAllocator, RedisSeqAllocator, SeqAllocator
 from conversation_service.realtime.writer import FrameWriter
 from conversation_service.resilience.breaker import BreakerState, CircuitBreaker
@@ -43,6 +45,7 @@ from conversation_service.resilience.health import AgentHealthMonitor
 from conversation_service.routing.router import MessageRouter
 from conversation_service.settings import ConversationSettings
 from conversation_service.tasks import TaskSupervisor, every
+from conversation_service.turns.leases import TurnLeases
 from shared.db import create_engine, create_sessionmaker
 from shared.http_metrics import install_http_metrics
 from shared.llm.base import LLMProvider
@@ -88,6 +91,8 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
         install_http_metrics(app, metrics.registry)
         async with AsyncExitStack() as stack:
             storage = app.state.storage = await stack.enter_async_context(build_storage(settings))
+            # Released last but for the database: after the turns were stopped and their frames flushed.
+            leases = app.state.leases = await stack.enter_async_context(build_leases(settings, storage))
             llm = await stack.enter_async_context(build_llm(settings))
             realtime = app.state.realtime = await stack.enter_async_context(
                 build_realtime(settings, storage, metrics))
@@ -106,10 +111,10 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 model=default_model(settings.llm, llm),
             )
             agent = app.state.agent = await stack.enter_async_context(
-                build_agent(settings, storage, realtime, llm, client, replier, tasks, metrics))
+                build_agent(settings, storage, realtime, llm, client, replier, tasks, leases, metrics))
             app.state.dead_letters = DeadLetterReplayer(storage.sessionmaker, agent.delegation, tasks)
             app.state.messages = MessageService(
-                storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages,
+                storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages, leases,
                 max_chars=settings.max_message_chars,
             )
             yield
@@ -126,6 +131,20 @@ async def build_storage(settings: ConversationSettings) -> AsyncIterator[Storage
         yield Storage(engine, create_sessionmaker(engine))
     finally:
         await engine.dispose()
+
+
+@asynccontextmanager
+async def build_leases(settings: ConversationSettings, storage: Storage) -> AsyncIterator[TurnLeases]:
+    """This replica's turn leases; on a graceful shutdown the unfinished turns are released for
+    another replica to take over at once."""
+    leases = TurnLeases(storage.sessionmaker, lease_s=settings.turn_lease_s)
+    try:
+        yield leases
+    finally:
+        try:
+            await leases.release()
+        except Exception:
+            log.exception("could not release turn leases; they are taken over when they expire")
 
 
 @asynccontextmanager
@@ -170,11 +189,14 @@ async def build_realtime(
 
     hub: Hub
     seq: SeqAllocator
+    reservations = SeqReservations(storage.sessionmaker)
+    block = settings.frame_seq_block
     if settings.redis_url:
         hub = RedisHub(settings.redis_url, f"{settings.redis_channel_prefix}:frames")
-        seq = RedisSeqAllocator(settings.redis_url, settings.redis_channel_prefix, seq_floor)
+        seq = RedisSeqAllocator(settings.redis_url, settings.redis_channel_prefix, seq_floor, reservations,
+                                block=block)
     else:
-        hub, seq = InProcessHub(), InProcessSeqAllocator(seq_floor)
+        hub, seq = InProcessHub(), InProcessSeqAllocator(seq_floor, reservations, block=block)
     async with AsyncExitStack() as stack:
         stack.push_async_callback(seq.close)
         await hub.start()
@@ -208,9 +230,11 @@ def _breaker(settings: ConversationSettings, metrics: ConversationMetrics) -> Ci
 @asynccontextmanager
 async def build_agent(
     settings: ConversationSettings, storage: Storage, realtime: Realtime, llm: LLMProvider,
-    client: AgentServiceClient, replier: DirectLLMReplier, tasks: TaskSupervisor, metrics: ConversationMetrics,
+    client: AgentServiceClient, replier: DirectLLMReplier, tasks: TaskSupervisor, leases: TurnLeases,
+    metrics: ConversationMetrics,
 ) -> AsyncIterator[AgentParts]:
-    """The agent path; its background jobs (question expiry, health checks) run while the block does."""
+    """The agent path; its background jobs (question expiry, health checks, turn lease renewal and
+    takeover) run while the block does."""
     config = settings.delegation
     sessionmaker, publisher = storage.sessionmaker, realtime.publisher
     breaker = _breaker(settings, metrics)
@@ -225,17 +249,23 @@ async def build_agent(
     )
     delegation = AgentDelegation(
         sessionmaker=sessionmaker, client=client, breaker=breaker, history=history, processor=processor,
-        replier=replier, publisher=publisher, metrics=metrics.agent, settings=config, tasks=tasks,
+        replier=replier, publisher=publisher, metrics=metrics.agent, settings=config, tasks=tasks, leases=leases,
     )
     dispatcher = AgentReplyDispatcher(
         sessionmaker=sessionmaker, router=MessageRouter(_routing(settings), registry=metrics.registry),
-        breaker=breaker, delegation=delegation, expiry=expiry, replier=replier, tasks=tasks,
+        breaker=breaker, delegation=delegation, expiry=expiry, replier=replier, tasks=tasks, leases=leases,
         chat_message_answers=config.ask_user_chat_message_is_answer,
     )
-    answers = AnswerService(sessionmaker, publisher, expiry, delegation, metrics.agent,
+    answers = AnswerService(sessionmaker, publisher, expiry, delegation, metrics.agent, leases,
                             max_chars=settings.max_message_chars)
+    takeover = TurnTakeover(
+        sessionmaker=sessionmaker, leases=leases, dispatcher=dispatcher, delegation=delegation, processor=processor,
+        client=client, publisher=publisher, tasks=tasks, metrics=metrics.agent,
+    )
     async with (
         every(config.agent_cleanup_interval_s, expiry.expire_all_due, name="ask-user-expiry"),
         every(max(config.agent_health_cache_s, 5.0), health.check, name="agent-health"),
+        every(settings.turn_lease_s / 3, leases.renew, name="turn-lease-renewal"),
+        every(settings.turn_sweep_interval_s, takeover.sweep, name="turn-takeover"),
     ):
         yield AgentParts(breaker, health, delegation, dispatcher, answers)

@@ -124,6 +124,11 @@ class AgentMetrics:
             "conversation_ask_user_total", "ASK_USER questions by outcome (asked, answered, expired)", ["outcome"],
             registry=r,
         ), "outcome", ("asked", "answered", "expired"))
+        self.takeovers = _labelled(Counter(
+            "conversation_turn_takeovers_total",
+            "Turns taken over after their replica died, by outcome (resumed, failed, restarted, settled)",
+            ["outcome"], registry=r,
+        ), "outcome", ("resumed", "failed", "restarted", "settled"))
 
 
 class ConversationMetrics:

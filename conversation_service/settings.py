@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from functools import cached_property
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from conversation_service.agent_delegation.settings import DelegationSettings
@@ -66,6 +66,16 @@ class ConversationSettings(BaseSettings):
     frame_flush_interval_s: float = Field(default=0.05, gt=0, le=5)
     frame_flush_max_batch: int = Field(default=500, ge=1, le=10_000)
     frame_writer_queue_size: int = Field(default=20_000, ge=100)
+    # Frame seqs are reserved durably this many at a time (one small write per block and
+    # conversation); after a crash the unused rest of a block is a hole in the seqs, never a reuse.
+    frame_seq_block: int = Field(default=100, ge=1, le=100_000)
+
+    # Turns (the reply to each accepted message) are owned under a lease the owner renews every
+    # third of it; a turn whose lease ran out (its replica died) is taken over by the next sweep of
+    # any replica, so a reply ends within about lease + sweep interval of a crash. Replica clocks
+    # must agree to well within the lease.
+    turn_lease_s: float = Field(default=10.0, ge=1, le=600)
+    turn_sweep_interval_s: float = Field(default=2.0, gt=0, le=60)
 
     # Direct LLM path: how many recent messages make up the prompt, its system prompt, and the cap on
     # a reply's tokens (sent as max_tokens: a base model behind an OpenAI-compatible server may
@@ -95,6 +105,12 @@ class ConversationSettings(BaseSettings):
     # The Agent Service's rate limits, read from the same AGENT_SERVICE_RATE_LIMIT_* variables:
     # the direct path honours them for its own model calls.
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+
+    @model_validator(mode="after")
+    def _sweep_within_lease(self) -> ConversationSettings:
+        if self.turn_sweep_interval_s >= self.turn_lease_s:
+            raise ValueError("TURN_SWEEP_INTERVAL_S must be below TURN_LEASE_S")
+        return self
 
     @cached_property
     def allowed_origins(self) -> frozenset[str]:

@@ -23,6 +23,7 @@ from conversation_service.resilience.breaker import CircuitBreaker
 from conversation_service.routing.router import MessageRouter
 from conversation_service.routing.schemas import RouteDecision, RouteReason, RouteTarget
 from conversation_service.tasks import TaskSupervisor
+from conversation_service.turns.leases import TurnLeases
 from shared.protocol import Answer, utcnow
 
 
@@ -39,8 +40,10 @@ class AgentReplyDispatcher:
         expiry: QuestionExpiry,
         replier: DirectLLMReplier,
         tasks: TaskSupervisor,
+        leases: TurnLeases,
         chat_message_answers: bool,
     ) -> None:
+        self._leases = leases
         self._sessionmaker = sessionmaker
         self._router = router
         self._breaker = breaker
@@ -88,8 +91,8 @@ class AgentReplyDispatcher:
             return decision
         notice = ("agent_unavailable", decision.notice) if decision.notice else None
         self._tasks.spawn(
-            self._replier.reply(conversation, user_message, notice=notice,
-                                agent_metadata={"route_reason": decision.reason.value}),
+            self._leases.hold(user_message.id, self._replier.reply(
+                conversation, user_message, notice=notice, agent_metadata={"route_reason": decision.reason.value})),
             name=f"direct-reply:{user_message.id}",
         )
         return decision

@@ -15,7 +15,9 @@ Mapping (DESIGN §5):
     THOUGHT       -> agent.thinking
     TOOL_START    -> agent.tool_start      (tool status kept in the message's agent metadata)
     TOOL_END      -> agent.tool_end        (idem; metadata written at this boundary)
-    ANSWER_CHUNK  -> message.delta         (no database write per chunk)
+    ANSWER_CHUNK  -> message.delta         (no database write per chunk; ``offset`` = where its text
+                                            starts in the message, so a delta sent again after a
+                                            takeover replaces instead of repeating)
     WAITING       -> agent.waiting         (reason, wait_s, until: the page counts down)
     ASK_USER      -> message.completed (the question as text, for clients that know no agent.*)
                      + agent.ask_user; a pending interaction row; session AWAITING_USER
@@ -23,6 +25,10 @@ Mapping (DESIGN §5):
     ERROR         -> message.error + agent.error with a user-friendly text
 
 A client that ignores every ``agent.*`` frame still sees a complete message for each turn.
+
+Every progress frame carries the turn's ``TurnProgress`` (the agent event seq it reflects), stored
+with the frame in one transaction: a replica taking the turn over (``takeover``) resumes the
+agent's stream right after what the stored frames show, with the text they hold (``Resumed``).
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from conversation_service.db.repository import unit_of_work
 from conversation_service.interactions.repository import InteractionRepository
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.metrics import AgentMetrics, agent_events_received
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import FrameType, TurnProgress
 from conversation_service.realtime.publisher import FramePublisher
 from shared.fastpath.fair_share import fair_share
 from shared.fastpath.handoff import Handoff
@@ -114,6 +120,10 @@ class AgentTurn:
     # its frame. Anything that needs the row (``ready``) starts it first.
     opening: Callable[[], Coroutine[Any, Any, None]] | None = None
 
+    def progress(self, agent_seq: int) -> TurnProgress:
+        # The turn is the user message's (``in_reply_to``): one turn per accepted message.
+        return TurnProgress(self.in_reply_to, self.message_id, self.agent_session_id, agent_seq)
+
     def start_opening(self) -> None:
         if self.opening is not None:
             opening, self.opening = self.opening, None
@@ -123,6 +133,14 @@ class AgentTurn:
         self.start_opening()
         if self.opened is not None:
             await asyncio.shield(self.opened)
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """Where a taken-over turn stands: the text its stored deltas hold, after agent event ``last_seq``."""
+
+    content: str
+    last_seq: int
 
 
 @dataclass
@@ -151,8 +169,13 @@ class AgentEventProcessor:
         self._queue_size = queue_size
         self._ask_user_timeout = timedelta(seconds=ask_user_timeout_s)
 
-    async def process(self, turn: AgentTurn, events: AsyncIterator[EventEnvelope]) -> TurnOutcome:
+    async def process(
+        self, turn: AgentTurn, events: AsyncIterator[EventEnvelope], resumed: Resumed | None = None
+    ) -> TurnOutcome:
         state = _TurnState(turn)
+        if resumed is not None:
+            state.parts.append(resumed.content)
+            state.chars, state.last_seq = len(resumed.content), resumed.last_seq
         handoff: Handoff[tuple[EventEnvelope, float]] = Handoff(
             functools.partial(self._consume, state), maxsize=self._queue_size,
             name=f"agent-events:{turn.agent_session_id}",
@@ -213,17 +236,21 @@ class AgentEventProcessor:
         cid = turn.conversation.id
         envelope = events[-1]
         state.last_seq = envelope.seq
+        progress = turn.progress(envelope.seq)
         match envelope.type:
             case EventType.ANSWER_CHUNK:
-                texts = [e.data.get("text", "") for e in events]
-                state.parts.extend(texts)
+                text = "".join(e.data.get("text", "") for e in events)
+                state.parts.append(text)
+                offset, state.chars = state.chars, state.chars + len(text)
                 await self._publisher.emit(
-                    cid, FrameType.MESSAGE_DELTA, {"message_id": turn.message_id, "text": "".join(texts)}
+                    cid, FrameType.MESSAGE_DELTA, {"message_id": turn.message_id, "text": text, "offset": offset},
+                    progress=progress,
                 )
             case EventType.THOUGHT:
                 data = ThoughtData.model_validate(envelope.data)
                 await self._publisher.emit(
-                    cid, FrameType.AGENT_THINKING, {"message_id": turn.message_id, "text": data.text, "step": data.step}
+                    cid, FrameType.AGENT_THINKING, {"message_id": turn.message_id, "text": data.text, "step": data.step},
+                    progress=progress,
                 )
             case EventType.TOOL_START:
                 data = ToolStartData.model_validate(envelope.data)
@@ -231,6 +258,7 @@ class AgentEventProcessor:
                 await self._publisher.emit(
                     cid, FrameType.AGENT_TOOL_START,
                     {"message_id": turn.message_id, "call_id": data.call_id, "tool": data.tool, "args": data.args},
+                    progress=progress,
                 )
             case EventType.TOOL_END:
                 await self._tool_end(state, ToolEndData.model_validate(envelope.data))
@@ -250,7 +278,8 @@ class AgentEventProcessor:
                      error=data.error, result_preview=preview)
         frame = {"message_id": turn.message_id, "call_id": data.call_id, "tool": entry.get("tool"),
                  "ok": data.ok, "duration_ms": data.duration_ms, "error": data.error, "result_preview": preview}
-        await self._publisher.emit(turn.conversation.id, FrameType.AGENT_TOOL_END, frame, boundary=True)
+        await self._publisher.emit(turn.conversation.id, FrameType.AGENT_TOOL_END, frame, boundary=True,
+                                   progress=turn.progress(state.last_seq or 0))
         await turn.ready()
         async with unit_of_work(self._sessionmaker) as session:
             await MessageRepository(session).set_agent_metadata(turn.message_id, state.metadata())
@@ -386,11 +415,12 @@ MAX_COALESCED_CHUNKS = 64
 
 
 class _TurnState:
-    __slots__ = ("last_seq", "outcome", "parts", "tools", "turn")
+    __slots__ = ("chars", "last_seq", "outcome", "parts", "tools", "turn")
 
     def __init__(self, turn: AgentTurn) -> None:
         self.turn = turn
         self.parts: list[str] = []
+        self.chars = 0  # the length of the text so far: the next delta's offset
         self.tools: dict[str, dict[str, Any]] = {}
         self.last_seq: int | None = None
         self.outcome: TurnOutcome | None = None  # the first terminal event's: the turn is over

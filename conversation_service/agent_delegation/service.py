@@ -61,11 +61,12 @@ from conversation_service.history.schemas import HistoryRecord
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import message_frame_data
 from conversation_service.metrics import AgentMetrics
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import FrameType, TurnProgress
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.resilience.breaker import CircuitBreaker, CircuitOpenError
 from conversation_service.routing.schemas import FALLBACK_NOTICE
 from conversation_service.tasks import TaskSupervisor
+from conversation_service.turns.leases import TurnLeases
 from shared.logging import conversation_id_var, session_id_var
 from shared.protocol import Answer, ExecuteRequest, UserContext
 
@@ -105,7 +106,9 @@ class AgentDelegation:
         metrics: AgentMetrics,
         settings: DelegationSettings,
         tasks: TaskSupervisor,
+        leases: TurnLeases,
     ) -> None:
+        self._leases = leases
         self._sessionmaker = sessionmaker
         self._client = client
         self._breaker = breaker
@@ -141,7 +144,9 @@ class AgentDelegation:
         turns.begin()
         claim = prepared.claim if prepared is not None and prepared.turns is turns and prepared.still_valid() else None
         try:
-            self._tasks.spawn(self._run(conversation, user_message, request, turns, claim),
+            # The turn is the user message's: done when this task ends, left to a takeover if it dies.
+            self._tasks.spawn(self._leases.hold(user_message.id, self._run(conversation, user_message, request, turns,
+                                                                           claim)),
                               name=f"agent-turn:{user_message.id}")
         except BaseException:
             turns.end()
@@ -235,9 +240,11 @@ class AgentDelegation:
         session_id_token = session_id_var.set(stream.session_id)
         turn: AgentTurn | None = None
         try:
+            # The run's events start after this one: where a takeover resumes if no later frame is stored.
+            before_first = max((stream.last_seq or 1) - 1, 0)
             turn = await self._open_turn(
                 conversation, user_message, row_id, agent_session_id, stream.session_id or "", request,
-                history_stats,
+                history_stats, before_first,
             )
             outcome = await self._processor.process(turn, _iterate(stream))
         except BaseException:
@@ -283,6 +290,7 @@ class AgentDelegation:
         agent_session_id: str,
         request: TurnRequest,
         history_stats: dict[str, Any],
+        before_first: int,
     ) -> AgentTurn:
         metadata = {"route_reason": request.route_reason, "history": history_stats}
         # The assistant message is announced at once and written in the background, started once
@@ -296,7 +304,10 @@ class AgentDelegation:
             agent_session_id=agent_session_id,
             agent_metadata={"path": "agent", "in_reply_to": user_message.id, **metadata},
         )
-        await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
+        await self._publisher.emit(
+            conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message),
+            progress=TurnProgress(user_message.id, message.id, agent_session_id, before_first),
+        )
         return AgentTurn(
             conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id,
             message_id=message.id, in_reply_to=user_message.id, metadata=metadata,

@@ -2,7 +2,9 @@
 
 The schema is owned by the Alembic revisions in ``migrations/conversation``: ``c0001`` (chat:
 conversations, messages, conversation_frames), ``c0002`` (agent integration, which extends the
-chat schema without replacing it) and ``c0006`` (``conversations.deleted_at``). These models mirror those revisions; a test compares them.
+chat schema without replacing it), ``c0003`` (crash safety: reserved frame seqs, leased turns),
+``c0004`` (dead-letter replays) and ``c0006`` (``conversations.deleted_at``). These models mirror
+those revisions; a test compares them.
 
 Relationships are ``lazy="raise"``: a hidden lazy load would block the event loop on an async
 session, so every relationship a query needs is loaded explicitly (``selectinload``) or not at all.
@@ -146,6 +148,9 @@ class Conversation(Base):
     agent_status: Mapped[str | None] = mapped_column(String(32))
     # c0006: set when the owner deleted it; every read of a deleted conversation answers 404.
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # c0003: the highest seq any replica may have handed out (``realtime.reservations``); a seq
+    # beyond it is reserved here first, so after a crash new frames start above it.
+    seq_reserved: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
     messages: Mapped[list[Message]] = relationship(
         back_populates="conversation", lazy="raise", cascade="all, delete-orphan", passive_deletes=True
@@ -282,6 +287,49 @@ class DeadLetter(Base):
     replay_detail: Mapped[str | None] = mapped_column(Text)
 
 
+class TurnKind(StrEnum):
+    AGENT = "agent"
+    DIRECT = "direct"
+
+
+class TurnStatus(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+
+
+class Turn(Base):
+    """c0003: the reply to one accepted message, owned by one replica under a lease.
+
+    The id is the user message's. The owner renews the lease while the reply runs; a turn still
+    ``running`` after its lease ran out lost its owner and is taken over (``turns.takeover``).
+    """
+
+    __tablename__ = "turns"
+    __table_args__ = (
+        CheckConstraint(_in("kind", TurnKind), name="kind"),
+        CheckConstraint(_in("status", TurnStatus), name="status"),
+        Index("ix_turns_status_lease_expires_at", "status", "lease_expires_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[str | None] = mapped_column(String(16))  # null until the message is routed
+    status: Mapped[str] = mapped_column(String(16), default=TurnStatus.RUNNING.value)
+    owner_id: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    assistant_message_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    agent_session_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH))
+    agent_session_row_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    # The Agent Service event seq of the last frame committed for this turn: a takeover resumes
+    # the agent's stream after it (written in the same transaction as the frames).
+    last_agent_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    takeovers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class ConversationSummary(Base):
     """The cached summary of a conversation's older messages (history compression, Story 3)."""
 
@@ -312,6 +360,9 @@ __all__ = [
     "MessageRole",
     "MessageStatus",
     "PendingInteraction",
+    "Turn",
+    "TurnKind",
+    "TurnStatus",
     "UTCDateTime",
     "new_id",
     "utcnow",

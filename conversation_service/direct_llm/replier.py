@@ -23,6 +23,7 @@ from conversation_service.messages.schemas import MessageOut
 from conversation_service.metrics import DirectReplyMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
+from conversation_service.turns.repository import TurnRepository
 from shared.fastpath.fair_share import fair_share
 from shared.llm.base import CompletionOptions, LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
 from shared.logging import conversation_id_var
@@ -92,6 +93,8 @@ class DirectLLMReplier:
                     status=MessageStatus.STREAMING.value,
                     agent_metadata=metadata,
                 )
+                # The turn's reply is this message: a takeover ends it visibly if this process dies.
+                await TurnRepository(session).set_direct_reply(user_message.id, message.id)
             await self._publisher.emit(
                 conversation_id, FrameType.MESSAGE_CREATED, MessageOut.model_validate(message).model_dump(mode="json")
             )

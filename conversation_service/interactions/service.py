@@ -27,6 +27,7 @@ from conversation_service.messages.schemas import message_frame_data
 from conversation_service.metrics import AgentMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
+from conversation_service.turns.leases import TurnLeases
 from shared.protocol import Answer, utcnow
 
 
@@ -39,8 +40,9 @@ class AgentResumer(Protocol):
 class AnswerService:
     def __init__(
         self, sessionmaker: async_sessionmaker, publisher: FramePublisher, expiry: QuestionExpiry,
-        agent: AgentResumer, metrics: AgentMetrics, *, max_chars: int,
+        agent: AgentResumer, metrics: AgentMetrics, leases: TurnLeases, *, max_chars: int,
     ) -> None:
+        self._leases = leases
         self._sessionmaker = sessionmaker
         self._publisher = publisher
         self._expiry = expiry
@@ -78,6 +80,7 @@ class AnswerService:
             if not await InteractionRepository(session).mark_answered(question.question_id, message.id):
                 raise Conflict({"message": "this question was answered already", "question_id": question.question_id})
             await ConversationRepository(session).touch(conversation.id)
+            await self._leases.open(session, message.id, conversation.id)
         await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
         self._metrics.questions["answered"].inc()
         answer = Answer(question_id=question.question_id, text=text, approved=body.approved)

@@ -21,6 +21,7 @@ from conversation_service.metrics import MessageMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.routing.schemas import RouteDecision
+from conversation_service.turns.leases import TurnLeases
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,9 @@ def _accepted(message: Message, duplicate: bool) -> MessageAccepted:
 class MessageService:
     def __init__(
         self, sessionmaker: async_sessionmaker, publisher: FramePublisher, dispatcher: ReplyDispatcher,
-        metrics: MessageMetrics, *, max_chars: int,
+        metrics: MessageMetrics, leases: TurnLeases, *, max_chars: int,
     ) -> None:
+        self._leases = leases
         self._sessionmaker = sessionmaker
         self._publisher = publisher
         self._dispatcher = dispatcher
@@ -97,6 +99,8 @@ class MessageService:
                 )
                 await ConversationRepository(session).touch(conversation_id)
                 await name_after_first_message(session, conversation, content)
+                # Accepted from the commit on: the message has a turn that some replica ends.
+                await self._leases.open(session, message.id, conversation_id)
             return conversation, message
         except IntegrityError:
             # A concurrent request with the same client_message_id won the insert: answer with its row.
@@ -120,4 +124,5 @@ class MessageService:
                 conversation.id, FrameType.NOTICE,
                 {"code": "dispatch_failed", "text": "Your message was saved but could not be answered. Please retry."},
             )
+            await self._leases.finish(message.id)
             return {"target": "none", "reason": "dispatch_failed"}

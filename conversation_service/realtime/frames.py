@@ -17,7 +17,8 @@ class FrameType:
     MESSAGE_CREATED = "message.created"
     MESSAGE_DELTA = "message.delta"
     MESSAGE_COMPLETED = "message.completed"
-    # The direct LLM failed mid-reply: the message is marked error and the user sees why.
+    # A reply ended without its answer (the LLM or the agent failed, or the replica streaming it
+    # died and the reply could not be resumed): the message is marked error, the user sees why.
     MESSAGE_ERROR = "message.error"
     AGENT_THINKING = "agent.thinking"
     AGENT_TOOL_START = "agent.tool_start"
@@ -33,11 +34,23 @@ class FrameType:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnProgress:
+    """How far a turn's reply has got, written with the frame that shows it (same transaction):
+    a takeover resumes exactly after what the stored frames show. Never sent to clients."""
+
+    turn_id: str
+    message_id: str
+    agent_session_id: str
+    agent_seq: int  # the Agent Service event seq the frame reflects
+
+
+@dataclass(frozen=True, slots=True)
 class Frame:
     type: str
     seq: int
     conversation_id: str
     data: dict[str, Any]
+    progress: TurnProgress | None = field(default=None, compare=False, repr=False)
     # The encoded frame, made on first use: a frame goes to every client of its conversation (and
     # to Redis), and is encoded once, not once per client.
     _text: str | None = field(default=None, init=False, compare=False, repr=False)

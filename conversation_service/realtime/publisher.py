@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from conversation_service.metrics import FrameMetrics
-from conversation_service.realtime.frames import Frame
+from conversation_service.realtime.frames import Frame, TurnProgress
 from conversation_service.realtime.hub import Hub
 from conversation_service.realtime.seq import SeqAllocator
 from conversation_service.realtime.writer import FrameWriter
@@ -26,13 +26,16 @@ class FramePublisher:
         self._metrics = metrics
         self._locks = KeyedLock()
 
-    async def emit(self, conversation_id: str, type: str, data: dict[str, Any], *, boundary: bool = False) -> Frame:
+    async def emit(
+        self, conversation_id: str, type: str, data: dict[str, Any], *, boundary: bool = False,
+        progress: TurnProgress | None = None,
+    ) -> Frame:
         """Publish one frame. ``boundary=True`` (a message completed) commits it without waiting
-        for the group-commit window."""
+        for the group-commit window; ``progress`` is stored with it (``TurnProgress``)."""
         started = time.perf_counter()
         async with self._locks(conversation_id):
             frame = Frame(type=type, seq=await self._seq.next(conversation_id), conversation_id=conversation_id,
-                          data=data)
+                          data=data, progress=progress)
             await self._writer.enqueue(frame)
             await self._hub.publish(frame)
         if boundary:

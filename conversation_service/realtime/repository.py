@@ -3,11 +3,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import case, func, insert, select, update
 
-from conversation_service.db.models import Conversation, ConversationFrame, utcnow
+from conversation_service.db.models import Conversation, ConversationFrame, Turn, TurnKind, utcnow
 from conversation_service.db.repository import Repository
-from conversation_service.realtime.frames import Frame, FrameType
+from conversation_service.realtime.frames import Frame, FrameType, TurnProgress
 
 
 class FrameRepository(Repository):
@@ -34,6 +34,33 @@ class FrameRepository(Repository):
                 .where(Conversation.id == conversation_id, Conversation.last_seq < seq)
                 .values(last_seq=seq)
             )
+        await self._record_progress(frames)
+
+    async def _record_progress(self, frames: Sequence[Frame]) -> None:
+        """The turns' progress, in the frames' transaction: a takeover resumes after what is stored."""
+        latest: dict[str, TurnProgress] = {}
+        for f in frames:
+            if f.progress is not None:
+                known = latest.get(f.progress.turn_id)
+                if known is None or f.progress.agent_seq >= known.agent_seq:
+                    latest[f.progress.turn_id] = f.progress
+        for p in latest.values():
+            await self.session.execute(
+                update(Turn).where(Turn.id == p.turn_id, Turn.last_agent_seq <= p.agent_seq).values(
+                    kind=TurnKind.AGENT.value, assistant_message_id=p.message_id,
+                    agent_session_id=p.agent_session_id, last_agent_seq=p.agent_seq, updated_at=utcnow(),
+                )
+            )
+
+    async def message_frames(self, conversation_id: str, message_id: str) -> list[Frame]:
+        """The stored frames about one message (its deltas, its end), in seq order."""
+        result = await self.session.execute(
+            select(ConversationFrame.type, ConversationFrame.seq, ConversationFrame.data)
+            .where(ConversationFrame.conversation_id == conversation_id,
+                   ConversationFrame.data["message_id"].as_string() == message_id)
+            .order_by(ConversationFrame.seq)
+        )
+        return [Frame(type=t, seq=s, conversation_id=conversation_id, data=d) for t, s, d in result.all()]
 
     async def list_after(self, conversation_id: str, after_seq: int, *, limit: int) -> list[Frame]:
         result = await self.session.execute(
@@ -80,3 +107,40 @@ class FrameRepository(Repository):
             select(func.max(ConversationFrame.seq)).where(ConversationFrame.conversation_id == conversation_id)
         )
         return int(result.scalar_one() or 0)
+
+
+class SeqReservationRepository(Repository):
+    """``conversations.seq_reserved``: only ever raised, except by ``release`` from a value this
+    process itself set (a compare-and-set: a reservation someone raised since stays)."""
+
+    async def take_block(self, conversation_id: str, *, above: int, block: int) -> int:
+        base = case((Conversation.seq_reserved > above, Conversation.seq_reserved), else_=above)
+        result = await self.session.execute(
+            update(Conversation).where(Conversation.id == conversation_id)
+            .values(seq_reserved=base + block).returning(Conversation.seq_reserved)
+        )
+        reserved = result.scalar_one_or_none()
+        # No such conversation: its frames cannot be stored either (foreign key); count in memory.
+        return int(reserved) if reserved is not None else above + block
+
+    async def cover(self, conversation_id: str, seq: int, *, block: int) -> int:
+        await self.session.execute(
+            update(Conversation).where(Conversation.id == conversation_id, Conversation.seq_reserved < seq)
+            .values(seq_reserved=seq + block)
+        )
+        reserved = await self.reserved(conversation_id)
+        return reserved if reserved >= seq else seq + block
+
+    async def reserved(self, conversation_id: str) -> int:
+        result = await self.session.execute(
+            select(Conversation.seq_reserved).where(Conversation.id == conversation_id)
+        )
+        return int(result.scalar_one_or_none() or 0)
+
+    async def release(self, unused: dict[str, tuple[int, int]]) -> None:
+        for conversation_id, (last, limit) in unused.items():
+            await self.session.execute(
+                update(Conversation)
+                .where(Conversation.id == conversation_id, Conversation.seq_reserved == limit)
+                .values(seq_reserved=last)
+            )

@@ -1,21 +1,52 @@
-"""Per-conversation frame sequence numbers.
+"""Per-conversation frame sequence numbers: a seq is forever.
 
-``InProcessSeqAllocator`` counts in memory, starting above the highest seq in the database.
-``RedisSeqAllocator`` shares the counter between replicas with ``INCR``; a missing key (first use,
-or Redis lost it) is initialised with ``SET NX`` from the database, so replicas racing to create
-it agree on one starting point.
+Once a client may have seen seq N of a conversation, N names that frame for good, also after a
+SIGKILL, a restart or a takeover by another replica. Frames are published before their group
+commit, so the highest *persisted* seq is no safe place to restart counting from: the frames of
+the last commit window were shown live and died with the process. Counting therefore restarts
+from a durable reservation (``conversations.seq_reserved``, see ``reservations``) that is raised
+before any seq beyond it is handed out:
+
+- ``InProcessSeqAllocator`` (one replica) takes blocks of ``block`` seqs from the reservation and
+  counts through them in memory: one small write per block, none per frame. After a crash, new
+  frames start above the block the dead process held: a hole, never a reuse. A graceful close
+  hands the unused part of its blocks back, so a clean restart leaves no hole.
+- ``RedisSeqAllocator`` (several replicas) shares one counter with ``INCR``; a replica raises the
+  reservation before it hands out a seq beyond what it knows is reserved, and a missing key (first
+  use, or Redis lost it) starts from the reservation, not from the last persisted frame.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
-# Reads the highest seq known for a conversation (persisted frames and frames waiting in this
-# process's writer).
+from shared.keyed_lock import KeyedLock
+
+log = logging.getLogger(__name__)
+
+# Reads the highest seq that exists for a conversation (persisted frames and frames waiting in this
+# process's writer): where a replay stops when this process has handed out none.
 FloorLoader = Callable[[str], Awaitable[int]]
+
+
+class Reservations(Protocol):
+    """The durable reservation of each conversation (``reservations.SeqReservations``)."""
+
+    async def take_block(self, conversation_id: str, *, above: int, block: int) -> int:
+        """Raise the reservation to ``max(reserved, above) + block``; return it."""
+
+    async def cover(self, conversation_id: str, seq: int, *, block: int) -> int:
+        """Make the reservation at least ``seq`` (raised to ``seq + block`` when below); return it."""
+
+    async def reserved(self, conversation_id: str) -> int: ...
+
+    async def release(self, unused: dict[str, tuple[int, int]]) -> None:
+        """Lower each reservation from ``limit`` back to ``last`` where nobody raised it since."""
 
 
 class SeqAllocator(ABC):
@@ -30,49 +61,100 @@ class SeqAllocator(ABC):
         pass
 
 
-class InProcessSeqAllocator(SeqAllocator):
-    """Counters of the ``max_conversations`` most recently used conversations.
+class _Block:
+    __slots__ = ("last", "limit")
 
-    A counter held for every conversation ever seen grew with each new one (a leak over a
-    process's life). Dropping the least recently used is safe: every seq handed out is either
-    committed or still pending in the writer, both of which the floor reads, so a dropped counter
-    comes back at exactly the value it had.
+    def __init__(self, last: int, limit: int) -> None:
+        self.last = last  # the last seq handed out from the reservation (or below its start)
+        self.limit = limit  # the reservation this process holds: seqs up to it are its own
+
+
+class InProcessSeqAllocator(SeqAllocator):
+    """Blocks of the ``max_conversations`` most recently used conversations.
+
+    The next block is reserved in the background once half of the current one is used, so a
+    streaming conversation's frames wait for no database write; only its first frame in this
+    process does. Dropping the least recently used block keeps memory bounded; its unused seqs
+    become a hole (the next frame of that conversation takes a new block above it).
     """
 
-    def __init__(self, floor: FloorLoader, max_conversations: int = 10_000) -> None:
+    def __init__(
+        self, floor: FloorLoader, reservations: Reservations, *, block: int = 100, max_conversations: int = 10_000,
+    ) -> None:
         if max_conversations < 1:
             raise ValueError("max_conversations must be at least 1")
+        if block < 1:
+            raise ValueError("block must be at least 1")
         self._floor = floor
+        self._reservations = reservations
+        self._block_size = block
         self._max = max_conversations
-        self._counters: OrderedDict[str, int] = OrderedDict()
-        self._init_lock = asyncio.Lock()
-
-    async def _ensure(self, conversation_id: str) -> None:
-        if conversation_id in self._counters:
-            self._counters.move_to_end(conversation_id)
-            return
-        async with self._init_lock:
-            if conversation_id not in self._counters:
-                self._counters[conversation_id] = await self._floor(conversation_id)
-                while len(self._counters) > self._max:
-                    self._counters.popitem(last=False)
+        self._blocks: OrderedDict[str, _Block] = OrderedDict()
+        self._locks = KeyedLock()
+        self._ahead: dict[str, asyncio.Task[None]] = {}
 
     def __len__(self) -> int:
-        return len(self._counters)
+        return len(self._blocks)
 
     async def next(self, conversation_id: str) -> int:
-        # No await between _ensure and the increment: the counter cannot be dropped in between.
-        await self._ensure(conversation_id)
-        self._counters[conversation_id] += 1
-        return self._counters[conversation_id]
+        block = self._blocks.get(conversation_id)
+        if block is None or block.last >= block.limit:
+            async with self._locks(conversation_id):
+                ahead = self._ahead.get(conversation_id)
+                if ahead is not None:
+                    await asyncio.shield(ahead)
+                block = self._blocks.get(conversation_id)
+                if block is None or block.last >= block.limit:
+                    block = await self._take_block(conversation_id, block)
+        # No await from here on: the block cannot be dropped between the check and the increment.
+        self._blocks[conversation_id] = block
+        self._blocks.move_to_end(conversation_id)
+        while len(self._blocks) > self._max:
+            self._blocks.popitem(last=False)
+        block.last += 1
+        if block.limit - block.last == self._block_size // 2 and conversation_id not in self._ahead:
+            task = asyncio.create_task(self._reserve_ahead(conversation_id, block), name="seq-reserve-ahead")
+            self._ahead[conversation_id] = task
+        return block.last
+
+    async def _take_block(self, conversation_id: str, block: _Block | None) -> _Block:
+        above = block.limit if block is not None else 0
+        limit = await self._reservations.take_block(conversation_id, above=above, block=self._block_size)
+        start = limit - self._block_size  # ours: (start, limit]
+        if block is None:
+            return _Block(start, limit)
+        block.last, block.limit = max(block.last, start), limit
+        return block
+
+    async def _reserve_ahead(self, conversation_id: str, block: _Block) -> None:
+        try:
+            limit = await self._reservations.take_block(conversation_id, above=block.limit, block=self._block_size)
+            if limit - self._block_size == block.limit:
+                block.limit = limit  # contiguous: the block simply grows
+            # Otherwise someone else reserved in between: the reservation still covers all we
+            # hand out, and the next block is taken above it when this one runs out (a hole).
+        except Exception:
+            log.exception("could not reserve frame seqs ahead; the next block is reserved when needed")
+        finally:
+            self._ahead.pop(conversation_id, None)
 
     async def current(self, conversation_id: str) -> int:
-        await self._ensure(conversation_id)
-        return self._counters[conversation_id]
+        block = self._blocks.get(conversation_id)
+        if block is not None:
+            return block.last
+        return await self._floor(conversation_id)
+
+    async def close(self) -> None:
+        """Hand back the seqs reserved and not used, so a clean restart continues without a hole."""
+        await asyncio.gather(*self._ahead.values(), return_exceptions=True)
+        unused = {cid: (b.last, b.limit) for cid, b in self._blocks.items() if b.last < b.limit}
+        self._blocks.clear()
+        if unused:
+            await self._reservations.release(unused)
 
 
-# INCR only an existing key: a missing key must be initialised from the database first, or a
-# fresh counter would hand out seqs that already exist.
+# INCR only an existing key: a missing key must be initialised from the reservation first, or a
+# fresh counter would hand out seqs that clients have seen already.
 _INCR_EXISTING = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 return redis.call('INCR', KEYS[1])
@@ -80,12 +162,20 @@ return redis.call('INCR', KEYS[1])
 
 
 class RedisSeqAllocator(SeqAllocator):
-    def __init__(self, redis_url: str, key_prefix: str, floor: FloorLoader) -> None:
+    def __init__(
+        self, redis_url: str, key_prefix: str, floor: FloorLoader, reservations: Reservations, *,
+        block: int = 100, max_conversations: int = 10_000,
+    ) -> None:
         import redis.asyncio as aioredis
 
         self._redis = aioredis.from_url(redis_url)
         self._prefix = key_prefix
         self._floor = floor
+        self._reservations = reservations
+        self._block_size = block
+        self._max = max_conversations
+        # What this replica last saw reserved, per conversation (a lower bound of the truth).
+        self._known: OrderedDict[str, int] = OrderedDict()
         self._incr = self._redis.register_script(_INCR_EXISTING)
 
     def _key(self, conversation_id: str) -> str:
@@ -95,9 +185,17 @@ class RedisSeqAllocator(SeqAllocator):
         key = self._key(conversation_id)
         value = await self._incr(keys=[key])
         if value is None:
-            await self._redis.set(key, await self._floor(conversation_id), nx=True)
+            await self._redis.set(key, await self._reservations.reserved(conversation_id), nx=True)
             value = await self._redis.incr(key)
-        return int(value)
+        value = int(value)
+        if value > self._known.get(conversation_id, 0):
+            # Durable before anyone can see it: a Redis that loses the key restarts above it.
+            reserved = await self._reservations.cover(conversation_id, value, block=self._block_size)
+            self._known[conversation_id] = max(reserved, self._known.get(conversation_id, 0))
+        self._known.move_to_end(conversation_id)
+        while len(self._known) > self._max:
+            self._known.popitem(last=False)
+        return value
 
     async def current(self, conversation_id: str) -> int:
         value = await self._redis.get(self._key(conversation_id))

@@ -3,7 +3,7 @@
 Nullable columns only: a downgrade drops them and leaves every dead letter intact.
 
 Revision ID: c0004_dead_letter_replays
-Revises: c0002
+Revises: c0003
 Create Date: 2026-11-24
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "c0004_dead_letter_replays"
-down_revision = "c0002"
+down_revision = "c0003"
 branch_labels = None
 depends_on = None
 

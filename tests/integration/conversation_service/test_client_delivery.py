@@ -79,6 +79,10 @@ async def test_a_frame_for_a_client_that_keeps_up_is_written_before_the_publish_
             # Answered: the connection has started sending and has nothing queued.
             await ws.send(PING)
             assert await recv_frame(ws) == PONG
+            # The conversation's first frame in this process reserves a block of seqs (one write,
+            # realtime.seq); the frames after it, measured here, wait for nothing.
+            first = await publisher.emit(cid, FrameType.NOTICE, {"code": "warm", "text": "-"})
+            assert await recv_frame(ws) == first.to_dict()
             sent_before = sample(app, "conversation_ws_frames_sent_total")
             loop_passes: list[str] = []
             asyncio.get_running_loop().call_soon(loop_passes.append, "a loop pass")

@@ -12,11 +12,13 @@ from shared.db import create_engine
 
 CHAT = {"conversations", "messages", "conversation_frames"}
 AGENT = {"conversation_agent_sessions", "pending_interactions", "dead_letters", "conversation_summaries"}
+TURNS = {"turns"}
 HEAD = "c0006"
 # Columns each revision after c0002 adds, newest first: a downgrade past it removes them.
 ADDED_COLUMNS = [
     ("c0006", "conversations", {"deleted_at"}),
     ("c0004_dead_letter_replays", "dead_letters", {"replayed_at", "replay_outcome", "replay_detail"}),
+    ("c0003", "conversations", {"seq_reserved"}),
 ]
 
 
@@ -34,7 +36,7 @@ async def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     try:
         await migrate.upgrade(engine)
         assert await migrate.current_revision(engine) == HEAD
-        assert CHAT | AGENT <= await migrate.table_names(engine)
+        assert CHAT | AGENT | TURNS <= await migrate.table_names(engine)
         assert all(await _added_columns_present(engine))
         async with engine.connect() as conn:
             diff = await conn.run_sync(
@@ -45,11 +47,12 @@ async def test_upgrade_downgrade_upgrade(database_url: str) -> None:
         await migrate.downgrade(engine, "c0002")
         assert await migrate.current_revision(engine) == "c0002"
         assert not any(await _added_columns_present(engine))
+        assert not (TURNS & await migrate.table_names(engine))
         await migrate.downgrade(engine, "c0001")
         tables = await migrate.table_names(engine)
         assert CHAT <= tables and not (AGENT & tables)
         await migrate.downgrade(engine, "base")
-        assert not ((CHAT | AGENT) & await migrate.table_names(engine))
+        assert not ((CHAT | AGENT | TURNS) & await migrate.table_names(engine))
         await migrate.upgrade(engine)
         assert await migrate.current_revision(engine) == HEAD
         assert all(await _added_columns_present(engine))

@@ -1,0 +1,210 @@
+"""``TurnTakeover``: a turn whose replica died is ended by another (or by the same one restarted).
+
+Every replica sweeps every ``turn_sweep_interval_s`` for running turns whose lease ran out and
+claims them (``FOR UPDATE SKIP LOCKED``: one replica each). What happens to a claimed turn depends
+on what its stored frames had shown when the owner died:
+
+- nothing of a reply (the owner died before its reply's first frame was stored): the message is
+  dispatched again. An agent turn sends the same ``Idempotency-Key`` (``msg-<id>``), so it follows
+  the run the dead replica started (from that run's first event) instead of starting a second;
+- an agent reply: the Agent Service's run outlived us; its stream is resumed after the agent event
+  seq stored with the last frame (``Last-Event-ID``) through the same ``AgentEventProcessor``,
+  which starts from the text the stored deltas hold. The stored message ends equal to the deltas
+  in the frame log, each chunk once; deltas carry their ``offset`` in the message, so a chunk a
+  live client had seen in a frame that died unstored replaces rather than repeats;
+- a direct-LLM reply: it cannot be resumed (the provider's stream died with the replica), and is
+  not generated again: a second sampling would differ from the text the user has read, and
+  replacing that text silently is worse than saying it broke. The message ends ``error`` with the
+  text shown so far and a ``message.error`` (``reply_interrupted``, retryable) the page offers a
+  retry for;
+- a reply that had ended but whose turn was not marked done: its end frame is sent if the frame
+  log lacks it, and the turn is done.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from conversation_service.agent_client import AgentServiceClient
+from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
+from conversation_service.agent_delegation.processor import AgentEventProcessor, AgentTurn, Resumed
+from conversation_service.agent_delegation.service import AgentDelegation
+from conversation_service.agent_sessions.repository import AgentSessionRepository
+from conversation_service.conversations.repository import ConversationRepository
+from conversation_service.db.models import (
+    Conversation,
+    Message,
+    MessageRole,
+    MessageStatus,
+    Turn,
+    TurnKind,
+    utcnow,
+)
+from conversation_service.db.repository import unit_of_work
+from conversation_service.messages.repository import MessageRepository
+from conversation_service.messages.schemas import message_frame_data
+from conversation_service.metrics import AgentMetrics
+from conversation_service.realtime.frames import Frame, FrameType
+from conversation_service.realtime.publisher import FramePublisher
+from conversation_service.realtime.repository import FrameRepository
+from conversation_service.tasks import TaskSupervisor
+from conversation_service.turns.leases import TurnLeases
+from shared.protocol import Answer
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED_TEXT = "The reply was interrupted by a server restart. Please try again."
+# A turn whose takeovers keep failing (the process taking it over dies too) ends with an error.
+MAX_TAKEOVERS = 3
+_TERMINAL_FRAMES = (FrameType.MESSAGE_COMPLETED, FrameType.MESSAGE_ERROR)
+
+
+class TurnTakeover:
+    def __init__(
+        self, *, sessionmaker: async_sessionmaker, leases: TurnLeases, dispatcher: AgentReplyDispatcher,
+        delegation: AgentDelegation, processor: AgentEventProcessor, client: AgentServiceClient,
+        publisher: FramePublisher, tasks: TaskSupervisor, metrics: AgentMetrics, batch: int = 50,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._leases = leases
+        self._dispatcher = dispatcher
+        self._delegation = delegation
+        self._processor = processor
+        self._client = client
+        self._publisher = publisher
+        self._tasks = tasks
+        self._metrics = metrics
+        self._batch = batch
+
+    async def sweep(self) -> int:
+        """Claim the turns whose lease ran out and end each in a task of its own; how many."""
+        claimed = await self._leases.claim_expired(self._batch)
+        for turn in claimed:
+            log.warning("taking over a turn whose owner stopped renewing it",
+                        extra={"turn_id": turn.id, "takeovers": turn.takeovers})
+            self._tasks.spawn(self._take_over(turn), name=f"turn-takeover:{turn.id}")
+        return len(claimed)
+
+    async def _take_over(self, turn: Turn) -> None:
+        try:
+            async with unit_of_work(self._sessionmaker) as session:
+                conversation = await ConversationRepository(session).get(turn.conversation_id)
+                user_message = await MessageRepository(session).get(turn.id)
+                reply = (await MessageRepository(session).get(turn.assistant_message_id)
+                         if turn.assistant_message_id else None)
+                frames = (await FrameRepository(session).message_frames(turn.conversation_id, turn.assistant_message_id)
+                          if turn.assistant_message_id else [])
+            if conversation is None or user_message is None:
+                await self._leases.finish(turn.id)  # deleted meanwhile: nobody to answer
+                return
+            await self._end(turn, conversation, user_message, reply, frames)
+        except Exception:
+            # Left running: its lease runs out again and the next sweep tries once more.
+            self._leases.held.discard(turn.id)
+            log.exception("turn takeover failed", extra={"turn_id": turn.id})
+
+    async def _end(
+        self, turn: Turn, conversation: Conversation, user_message: Message, reply: Message | None, frames: list[Frame]
+    ) -> None:
+        ended = next((f for f in frames if f.type in _TERMINAL_FRAMES), None)
+        if reply is not None and reply.status != MessageStatus.STREAMING.value or ended is not None:
+            await self._leases.hold(turn.id, self._settle(conversation, reply, ended))
+            self._metrics.takeovers["settled"].inc()
+        elif turn.takeovers > MAX_TAKEOVERS or turn.kind == TurnKind.DIRECT.value:
+            await self._leases.hold(turn.id, self._fail(turn, conversation, user_message, frames))
+            self._metrics.takeovers["failed"].inc()
+        elif turn.assistant_message_id is None or turn.agent_session_id is None:
+            self._metrics.takeovers["restarted"].inc()
+            await self._restart(conversation, user_message)  # its task holds the turn from here
+        else:
+            await self._leases.hold(turn.id, self._resume(turn, conversation, user_message, frames))
+            self._metrics.takeovers["resumed"].inc()
+
+    async def _restart(self, conversation: Conversation, user_message: Message) -> None:
+        metadata = user_message.agent_metadata or {}
+        if metadata.get("answer_to"):
+            answer = Answer(question_id=metadata["answer_to"], text=user_message.content)
+            self._delegation.resume(conversation, user_message, answer, reason="takeover")
+        else:
+            await self._dispatcher.dispatch(conversation, user_message)
+
+    async def _resume(self, turn: Turn, conversation: Conversation, user_message: Message, frames: list[Frame]) -> None:
+        assert turn.assistant_message_id is not None and turn.agent_session_id is not None
+        content = _shown_text(frames)
+        async with unit_of_work(self._sessionmaker) as session:
+            row = await AgentSessionRepository(session).get_by_agent_session_id(turn.agent_session_id)
+        agent_turn = AgentTurn(
+            conversation=conversation, session_row_id=row.id if row is not None else "",
+            agent_session_id=turn.agent_session_id, message_id=turn.assistant_message_id, in_reply_to=user_message.id,
+            metadata={"taken_over": turn.takeovers},
+            opening=lambda: self._ensure_message(conversation.id, turn.assistant_message_id or "", user_message,
+                                                 turn.agent_session_id, content),
+        )
+        stream = self._client.stream_events(turn.agent_session_id, last_event_id=turn.last_agent_seq)
+        try:
+            await self._processor.process(agent_turn, _iterate(stream), Resumed(content, turn.last_agent_seq))
+        finally:
+            await stream.aclose()
+            await agent_turn.ready()
+
+    async def _ensure_message(
+        self, conversation_id: str, message_id: str, user_message: Message, agent_session_id: str | None, content: str,
+    ) -> None:
+        """The reply's row, when its owner died before writing it (its start is written lazily)."""
+        async with unit_of_work(self._sessionmaker) as session:
+            if await MessageRepository(session).get(message_id) is None:
+                session.add(Message(
+                    id=message_id, conversation_id=conversation_id, role=MessageRole.ASSISTANT.value,
+                    content=content, status=MessageStatus.STREAMING.value, created_at=utcnow(),
+                    agent_session_id=agent_session_id,
+                    agent_metadata={"path": "agent", "in_reply_to": user_message.id},
+                ))
+
+    async def _fail(self, turn: Turn, conversation: Conversation, user_message: Message, frames: list[Frame]) -> None:
+        """End the turn as failed: the message says so, holding the text the frame log shows."""
+        content = _shown_text(frames)
+        message_id = turn.assistant_message_id
+        async with unit_of_work(self._sessionmaker) as session:
+            messages = MessageRepository(session)
+            message = await messages.get(message_id) if message_id else None
+            if message is None:
+                message = await messages.create(
+                    conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content=content,
+                    status=MessageStatus.ERROR.value,
+                    agent_metadata={"path": turn.kind or "unknown", "in_reply_to": user_message.id},
+                )
+                created = True
+            else:
+                await messages.finish(message.id, content=content, status=MessageStatus.ERROR.value)
+                created = False
+        if created:
+            await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
+        await self._publisher.emit(
+            conversation.id, FrameType.MESSAGE_ERROR,
+            {"message_id": message.id, "code": "reply_interrupted", "text": INTERRUPTED_TEXT, "content": content,
+             "retryable": True},
+            boundary=True,
+        )
+
+    async def _settle(self, conversation: Conversation, reply: Message | None, ended: Frame | None) -> None:
+        """The reply had ended; only its end frame may be missing from the log."""
+        if ended is not None or reply is None:
+            return
+        if reply.status == MessageStatus.COMPLETE.value:
+            data = {"message_id": reply.id, "content": reply.content, "status": reply.status}
+            await self._publisher.emit(conversation.id, FrameType.MESSAGE_COMPLETED, data, boundary=True)
+        else:
+            data = {"message_id": reply.id, "code": "reply_interrupted", "text": INTERRUPTED_TEXT,
+                    "content": reply.content, "retryable": True}
+            await self._publisher.emit(conversation.id, FrameType.MESSAGE_ERROR, data, boundary=True)
+
+
+def _shown_text(frames: list[Frame]) -> str:
+    return "".join(f.data.get("text", "") for f in frames if f.type == FrameType.MESSAGE_DELTA)
+
+
+async def _iterate(stream):
+    async for event in stream:
+        yield event

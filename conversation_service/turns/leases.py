@@ -1,0 +1,94 @@
+"""``TurnLeases``: this replica's ownership of the turns it runs.
+
+Each process is a replica with a fresh id. A turn is opened owned by it (in the transaction that
+stores the accepted message), its lease renewed by one UPDATE every ``renew_s`` while the reply
+runs in this process, and the turn marked done when the reply has ended. A turn left ``running``
+past its lease (its replica died) is claimed by some replica's sweep (``agent_delegation.takeover``).
+On a graceful shutdown the leases of the turns left unfinished are released (expired now), so
+another replica takes them over at once instead of a lease later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Coroutine
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from conversation_service.db.models import utcnow
+from conversation_service.db.repository import unit_of_work
+from conversation_service.turns.repository import TurnRepository
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class TurnLeases:
+    def __init__(self, sessionmaker: async_sessionmaker, *, lease_s: float, replica_id: str | None = None) -> None:
+        self._sessionmaker = sessionmaker
+        self.lease = timedelta(seconds=lease_s)
+        self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:12]}"
+        self.held: set[str] = set()  # turns whose reply runs in this process now
+
+    def expires_at(self, now: datetime | None = None) -> datetime:
+        return (now or utcnow()) + self.lease
+
+    async def open(self, session: AsyncSession, turn_id: str, conversation_id: str) -> None:
+        """In the transaction that accepts the message: from its commit on, the message has an
+        owner that answers it, or another replica takes over."""
+        # Not in ``held`` yet: the transaction may still roll back; the reply's task (``hold``)
+        # starts well within the lease.
+        await TurnRepository(session).open(turn_id, conversation_id, owner_id=self.replica_id,
+                                           lease_expires_at=self.expires_at())
+
+    async def hold(self, turn_id: str, reply: Coroutine[Any, Any, T]) -> T:
+        """Run ``reply`` as the turn's owner; the turn is done once it returns or fails (a failure
+        has told the user already). Cancelled (shutdown): the turn stays running, for a takeover."""
+        self.held.add(turn_id)
+        try:
+            result = await reply
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            await self.finish(turn_id)
+            raise
+        else:
+            await self.finish(turn_id)
+            return result
+        finally:
+            self.held.discard(turn_id)
+
+    async def finish(self, turn_id: str) -> None:
+        self.held.discard(turn_id)
+        async with unit_of_work(self._sessionmaker) as session:
+            await TurnRepository(session).finish(turn_id)
+
+    async def renew(self) -> None:
+        """The periodic renewal: one UPDATE for every turn this process runs."""
+        if not self.held:
+            return
+        async with unit_of_work(self._sessionmaker) as session:
+            owned = await TurnRepository(session).renew(self.replica_id, tuple(self.held), self.expires_at())
+        if owned < len(self.held):
+            # Another replica took some over (this one was too slow to renew): say so; the user may
+            # see that reply twice.
+            log.warning("turn leases lost", extra={"held": len(self.held), "renewed": owned})
+
+    async def release(self) -> None:
+        """Graceful shutdown: the turns left unfinished are free for a takeover at once."""
+        async with unit_of_work(self._sessionmaker) as session:
+            released = await TurnRepository(session).release(self.replica_id, utcnow() - timedelta(seconds=1))
+        if released:
+            log.info("released turn leases for takeover", extra={"turns": released})
+
+    async def claim_expired(self, limit: int) -> list:
+        now = utcnow()
+        async with unit_of_work(self._sessionmaker) as session:
+            turns = await TurnRepository(session).claim_expired(self.replica_id, now, self.expires_at(now), limit)
+        self.held.update(t.id for t in turns)
+        return turns

@@ -1,0 +1,112 @@
+"""Turn leases against the real databases (SQLite and PostgreSQL): a turn is opened owned, renewed
+only by its owner, claimed by exactly one replica once its lease ran out, and released for an
+immediate takeover on a graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from conversation_service.db import migrate
+from conversation_service.db.models import Conversation, Message, TurnStatus, utcnow
+from conversation_service.db.repository import unit_of_work
+from conversation_service.turns.leases import TurnLeases
+from conversation_service.turns.repository import TurnRepository
+from shared.db import create_engine, create_sessionmaker
+
+
+async def _accepted_message(sessionmaker, leases: TurnLeases) -> str:
+    async with unit_of_work(sessionmaker) as session:
+        conversation = Conversation(owner_id="alice", title="t")
+        session.add(conversation)
+        await session.flush()
+        message = Message(conversation_id=conversation.id, role="user", content="hi")
+        session.add(message)
+        await session.flush()
+        await leases.open(session, message.id, conversation.id)
+        return message.id
+
+
+async def _turn(sessionmaker, turn_id: str):
+    async with unit_of_work(sessionmaker) as session:
+        return await TurnRepository(session).get(turn_id)
+
+
+async def test_an_expired_turn_is_claimed_by_exactly_one_replica(database_url: str) -> None:
+    engine = create_engine(database_url)
+    await migrate.upgrade(engine)
+    sessionmaker = create_sessionmaker(engine)
+    try:
+        dead = TurnLeases(sessionmaker, lease_s=1)
+        turn_id = await _accepted_message(sessionmaker, dead)
+        a, b = TurnLeases(sessionmaker, lease_s=30), TurnLeases(sessionmaker, lease_s=30)
+        assert await a.claim_expired(10) == []  # the lease still runs: nobody takes it
+        async with unit_of_work(sessionmaker) as session:  # the owner died a lease ago
+            turn = await TurnRepository(session).get(turn_id)
+            turn.lease_expires_at = utcnow() - timedelta(seconds=1)
+        claims = await asyncio.gather(a.claim_expired(10), b.claim_expired(10))
+        assert sorted(len(c) for c in claims) == [0, 1]
+        winner = a if claims[0] else b
+        turn = await _turn(sessionmaker, turn_id)
+        assert turn.owner_id == winner.replica_id and turn.takeovers == 1
+        assert turn.lease_expires_at > utcnow() + timedelta(seconds=20)
+        assert turn_id in winner.held
+
+        await dead.renew()  # the old owner, back from a stall, renews nothing it lost
+        assert (await _turn(sessionmaker, turn_id)).owner_id == winner.replica_id
+        await winner.finish(turn_id)
+        turn = await _turn(sessionmaker, turn_id)
+        assert turn.status == TurnStatus.DONE.value and turn.owner_id is None and turn_id not in winner.held
+    finally:
+        await engine.dispose()
+
+
+async def test_a_released_turn_is_taken_over_at_once(database_url: str) -> None:
+    engine = create_engine(database_url)
+    await migrate.upgrade(engine)
+    sessionmaker = create_sessionmaker(engine)
+    try:
+        stopping = TurnLeases(sessionmaker, lease_s=300)
+        turn_id = await _accepted_message(sessionmaker, stopping)
+        await stopping.renew()
+        other = TurnLeases(sessionmaker, lease_s=300)
+        assert await other.claim_expired(10) == []
+        await stopping.release()  # graceful shutdown
+        assert [t.id for t in await other.claim_expired(10)] == [turn_id]
+    finally:
+        await engine.dispose()
+
+
+async def test_a_reply_held_to_its_end_marks_the_turn_done_and_a_cancelled_one_leaves_it_running(
+    database_url: str,
+) -> None:
+    engine = create_engine(database_url)
+    await migrate.upgrade(engine)
+    sessionmaker = create_sessionmaker(engine)
+    try:
+        leases = TurnLeases(sessionmaker, lease_s=30)
+        answered = await _accepted_message(sessionmaker, leases)
+        stopped = await _accepted_message(sessionmaker, leases)
+
+        async def reply() -> str:
+            return "ok"
+
+        assert await leases.hold(answered, reply()) == "ok"
+        assert (await _turn(sessionmaker, answered)).status == TurnStatus.DONE.value
+
+        started = asyncio.Event()
+
+        async def streaming() -> None:
+            started.set()
+            await asyncio.Event().wait()  # a reply still streaming when the service stops
+
+        task = asyncio.create_task(leases.hold(stopped, streaming()))
+        await started.wait()
+        assert stopped in leases.held
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        # Shutdown: still running (another replica takes it over), no longer held here.
+        assert (await _turn(sessionmaker, stopped)).status == TurnStatus.RUNNING.value
+        assert stopped not in leases.held
+    finally:
+        await engine.dispose()
