@@ -163,7 +163,7 @@ export class ChatView {
         if (d.role === "user") this.status.set("");
         break;
       case "message.delta":
-        if (typeof d.text === "string") view()?.append(d.text, frame.seq);
+        if (typeof d.text === "string") view()?.append(d.text, frame.seq, d.offset);
         this.status.set("");
         break;
       case "message.completed":

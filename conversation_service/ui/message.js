@@ -150,10 +150,14 @@ export class MessageView {
   }
 
   // Deltas arriving within one frame are rendered together, from the whole text so far.
-  append(text, seq) {
+  // offset (agent replies): where the delta's text starts in the message; a chunk sent again after
+  // a server takeover lands where it belongs instead of repeating.
+  append(text, seq, offset) {
     if (this.final) return;  // the complete text is already shown
     if (typeof seq === "number" && seq <= this.textSeq) return;
-    this.text += text;
+    this.text = typeof offset === "number" && offset <= this.text.length
+      ? this.text.slice(0, offset) + text
+      : this.text + text;
     if (!this.frame) this.frame = requestAnimationFrame(() => this.render());
   }
 
