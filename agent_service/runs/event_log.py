@@ -2,9 +2,9 @@
 
 A run owns its session while it runs, so the next ``seq`` is handed out in memory. Each event is
 published to the session's live subscribers at once (an SSE write never waits for the database)
-and queued for the ``GroupCommitWriter``, which persists queued events in one transaction per
-batch: at most every ``group_commit_ms``, sooner at an event boundary (TOOL_END, THOUGHT). A
-terminal event is written in the same transaction as the session's new state, before anyone sees
+and queued for the ``EventWriter`` (on ``shared.group_commit.GroupCommitter``), which persists
+queued events in one transaction per batch: at most every ``group_commit_ms``, sooner at an event
+boundary (TOOL_END, THOUGHT). A terminal event is written in the same transaction as the session's new state, before anyone sees
 it, so a client that reads ASK_USER can answer at once and a restart never loses the end of a run.
 
 Events not yet written stay readable from ``SessionChannel.unflushed``, so a replay never misses
@@ -22,26 +22,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.metrics import AgentMetrics
-from agent_service.runs.repository import EventRepository, RunRepository, SessionRepository
+from agent_service.runs.event_writer import WRITE_ATTEMPTS, EventWriter
+from agent_service.runs.repository import EventRepository, SessionRepository
 from shared.fastpath.handoff import Handoff
 from shared.protocol import EventEnvelope, EventType, utcnow
 from shared.sse import encode_envelope
 
 log = logging.getLogger(__name__)
 
-_WRITE_ATTEMPTS = 3
 # Events after which the group-commit writer flushes without waiting for its interval.
 _BOUNDARY_EVENTS = frozenset({EventType.TOOL_END, EventType.THOUGHT})
-
-
-class _RunsLost(Exception):
-    def __init__(self, run_ids: set[str]) -> None:
-        super().__init__(run_ids)
-        self.run_ids = run_ids
 
 
 class RunTakenOver(Exception):
@@ -127,159 +120,6 @@ class SessionChannel:
         return self.next_seq - 1
 
 
-class GroupCommitWriter:
-    """Writes queued events in batches: one transaction per batch, never one per token."""
-
-    def __init__(
-        self, sessionmaker: async_sessionmaker, interval_s: float, metrics: AgentMetrics,
-        on_written: Callable[[list[EventEnvelope]], None],
-    ) -> None:
-        self._sessionmaker = sessionmaker
-        self._interval = interval_s
-        self._metrics = metrics
-        self._on_written = on_written
-        self._pending: list[EventEnvelope] = []
-        self._waiters: list[asyncio.Future[None]] = []
-        self._has_work = asyncio.Event()
-        self._urgent = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        # Set when runs are leased (replicas sharing the database): only events of runs this
-        # owner still holds are written; ``on_taken_over`` learns of the others.
-        self.owner_id: str | None = None
-        self.on_taken_over: Callable[[set[str]], None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="agent-event-writer")
-
-    def add(self, envelope: EventEnvelope) -> None:
-        self._pending.append(envelope)
-        self._has_work.set()
-
-    def discard(self, session_id: str) -> None:
-        """Drop the queued events of ``session_id``: their seqs now belong to whoever took the
-        session over, and a conflicting row would fail the whole batch, other sessions included."""
-        self._pending = [env for env in self._pending if env.session_id != session_id]
-
-    def request_flush(self) -> None:
-        self._urgent.set()
-        self._has_work.set()
-
-    async def flush(self) -> None:
-        """Return once everything added so far is committed (raises if it could not be)."""
-        if self._task is None or self._task.done():
-            # Not running (start-up or shut down): write inline.
-            await self._write_batch()
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        self.request_flush()
-        await waiter
-
-    async def _loop(self) -> None:
-        while True:
-            await self._has_work.wait()
-            if not self._urgent.is_set() and not self._closing:
-                try:
-                    await asyncio.wait_for(self._urgent.wait(), self._interval)
-                except TimeoutError:
-                    pass
-            self._has_work.clear()
-            self._urgent.clear()
-            waiters, self._waiters = self._waiters, []
-            try:
-                await self._write_batch()
-            except Exception as exc:  # the batch is lost for the database; the waiters learn it
-                log.exception("event batch could not be written")
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_exception(exc)
-            else:
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
-            if self._closing and not self._pending:
-                return
-
-    async def _write_batch(self) -> None:
-        batch, self._pending = self._pending, []
-        attempt = 0
-        while batch:
-            try:
-                lost = await self._write_once(batch)
-            except IntegrityError as exc:
-                # A seq already taken: another replica ended one of these runs (after this
-                # process's lease expired) and wrote its ERROR there. Anything else is a failure.
-                lost = await self._runs_not_held(batch)
-                if not lost:
-                    attempt = await self._failed_attempt(attempt, batch, exc)
-                    continue
-            except Exception as exc:  # noqa: BLE001 - retried, and re-raised after the last attempt
-                attempt = await self._failed_attempt(attempt, batch, exc)
-                continue
-            if not lost:
-                break
-            # Leave those runs' events out and write the others; the runs stop without a trace.
-            log.warning("events of runs another replica took over are dropped", extra={"runs": len(lost)})
-            batch = [env for env in batch if env.run_id not in lost]
-            if self.on_taken_over is not None:
-                self.on_taken_over(lost)
-        if not batch:
-            return
-        self._metrics.event_batches.observe(len(batch))
-        self._on_written(batch)
-
-    async def _failed_attempt(self, attempt: int, batch: list[EventEnvelope], exc: Exception) -> int:
-        attempt += 1
-        if attempt == _WRITE_ATTEMPTS:
-            raise exc
-        log.warning("event batch write failed, retrying", extra={"attempt": attempt, "events": len(batch)})
-        await asyncio.sleep(0.05 * 2**attempt)  # back off before hitting the database again
-        return attempt
-
-    async def _write_once(self, batch: list[EventEnvelope]) -> set[str]:
-        """Write the batch in one transaction; returns (and rolls back for) the runs of the batch
-        this process no longer holds, if any."""
-        last_seq: dict[str, int] = {}
-        for env in batch:
-            last_seq[env.session_id] = max(env.seq, last_seq.get(env.session_id, 0))
-        try:
-            async with self._sessionmaker.begin() as db:
-                await EventRepository(db).insert_many(batch)
-                sessions = SessionRepository(db)
-                for session_id, seq in last_seq.items():
-                    await sessions.bump_last_seq(session_id, seq)
-                if self.owner_id is not None:
-                    # Checked after the writes: by then this transaction holds the session rows
-                    # (SQLite: the write lock), which recovery locks too before it ends a run, so
-                    # a recovery either committed before (seen here) or writes after this commit.
-                    run_ids = {env.run_id for env in batch}
-                    lost = run_ids - await RunRepository(db).held(run_ids, self.owner_id)
-                    if lost:
-                        raise _RunsLost(lost)
-        except _RunsLost as exc:
-            return exc.run_ids
-        return set()
-
-    async def _runs_not_held(self, batch: list[EventEnvelope]) -> set[str]:
-        if self.owner_id is None:
-            return set()
-        run_ids = {env.run_id for env in batch}
-        async with self._sessionmaker() as db:
-            return run_ids - await RunRepository(db).held(run_ids, self.owner_id)
-
-    async def aclose(self) -> None:
-        self._closing = True
-        self._has_work.set()
-        self._urgent.set()
-        if self._task is not None:
-            try:
-                await self._task
-            except Exception:
-                log.exception("event writer stopped with an error")
-        await self._write_batch()
-
-
 class EventLog:
     def __init__(
         self, sessionmaker: async_sessionmaker, *, group_commit_ms: float, live_queue_size: int,
@@ -289,7 +129,7 @@ class EventLog:
         self._queue_size = live_queue_size
         self._metrics = metrics
         self._channels: dict[str, SessionChannel] = {}
-        self.writer = GroupCommitWriter(sessionmaker, group_commit_ms / 1000, metrics, self._written)
+        self.writer = EventWriter(sessionmaker, group_commit_ms / 1000, metrics, self._written)
 
     def start(self) -> None:
         self.writer.start()
@@ -353,7 +193,7 @@ class EventLog:
         taken_over = False
         try:
             await self.writer.flush()
-            for attempt in range(1, _WRITE_ATTEMPTS + 1):
+            for attempt in range(1, WRITE_ATTEMPTS + 1):
                 try:
                     async with self._sessionmaker.begin() as db:
                         # finalize first: it checks the run is still this process's (before the
@@ -367,7 +207,7 @@ class EventLog:
                     taken_over = True
                     raise
                 except Exception:
-                    if attempt == _WRITE_ATTEMPTS:
+                    if attempt == WRITE_ATTEMPTS:
                         raise
                     await asyncio.sleep(0.05 * 2**attempt)  # back off before hitting the database again
         finally:

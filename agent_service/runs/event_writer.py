@@ -1,0 +1,138 @@
+"""What a group commit of run events means for the database.
+
+``shared.group_commit.GroupCommitter`` decides when a batch is written (at most every
+``group_commit_ms``, sooner at an event boundary); ``EventWriter._write`` decides how: one
+transaction per batch, retried a few times, and, when runs are leased, only the events of runs
+this process still holds (the others were taken over by another replica, which owns their seqs now).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from agent_service.metrics import AgentMetrics
+from agent_service.runs.repository import EventRepository, RunRepository, SessionRepository
+from shared.group_commit import GroupCommitter
+from shared.protocol import EventEnvelope
+
+log = logging.getLogger(__name__)
+
+WRITE_ATTEMPTS = 3
+
+
+class _RunsLost(Exception):
+    def __init__(self, run_ids: set[str]) -> None:
+        super().__init__(run_ids)
+        self.run_ids = run_ids
+
+
+class EventWriter:
+    """Writes queued events in batches: one transaction per batch, never one per token."""
+
+    def __init__(
+        self, sessionmaker: async_sessionmaker, interval_s: float, metrics: AgentMetrics,
+        on_written: Callable[[list[EventEnvelope]], None],
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._metrics = metrics
+        self._on_written = on_written
+        self._commits: GroupCommitter[EventEnvelope] = GroupCommitter(
+            self._write, interval_s=interval_s, name="agent-event-writer"
+        )
+        # Set when runs are leased (replicas sharing the database): only events of runs this
+        # owner still holds are written; ``on_taken_over`` learns of the others.
+        self.owner_id: str | None = None
+        self.on_taken_over: Callable[[set[str]], None] | None = None
+
+    def start(self) -> None:
+        self._commits.start()
+
+    def add(self, envelope: EventEnvelope) -> None:
+        self._commits.add(envelope)
+
+    def discard(self, session_id: str) -> None:
+        """Drop the queued events of ``session_id``: their seqs now belong to whoever took the
+        session over, and a conflicting row would fail the whole batch, other sessions included."""
+        self._commits.discard(lambda env: env.session_id != session_id)
+
+    def request_flush(self) -> None:
+        self._commits.request_flush()
+
+    async def flush(self) -> None:
+        """Return once everything added so far is committed (raises if it could not be)."""
+        await self._commits.flush()
+
+    async def aclose(self) -> None:
+        """Write what is queued, then stop."""
+        await self._commits.aclose()
+
+    async def _write(self, batch: list[EventEnvelope]) -> None:
+        attempt = 0
+        while batch:
+            try:
+                lost = await self._write_once(batch)
+            except IntegrityError as exc:
+                # A seq already taken: another replica ended one of these runs (after this
+                # process's lease expired) and wrote its ERROR there. Anything else is a failure.
+                lost = await self._runs_not_held(batch)
+                if not lost:
+                    attempt = await self._failed_attempt(attempt, batch, exc)
+                    continue
+            except Exception as exc:  # noqa: BLE001 - retried, and re-raised after the last attempt
+                attempt = await self._failed_attempt(attempt, batch, exc)
+                continue
+            if not lost:
+                break
+            # Leave those runs' events out and write the others; the runs stop without a trace.
+            log.warning("events of runs another replica took over are dropped", extra={"runs": len(lost)})
+            batch = [env for env in batch if env.run_id not in lost]
+            if self.on_taken_over is not None:
+                self.on_taken_over(lost)
+        if not batch:
+            return
+        self._metrics.event_batches.observe(len(batch))
+        self._on_written(batch)
+
+    async def _failed_attempt(self, attempt: int, batch: list[EventEnvelope], exc: Exception) -> int:
+        attempt += 1
+        if attempt == WRITE_ATTEMPTS:
+            raise exc
+        log.warning("event batch write failed, retrying", extra={"attempt": attempt, "events": len(batch)})
+        await asyncio.sleep(0.05 * 2**attempt)  # back off before hitting the database again
+        return attempt
+
+    async def _write_once(self, batch: list[EventEnvelope]) -> set[str]:
+        """Write the batch in one transaction; returns (and rolls back for) the runs of the batch
+        this process no longer holds, if any."""
+        last_seq: dict[str, int] = {}
+        for env in batch:
+            last_seq[env.session_id] = max(env.seq, last_seq.get(env.session_id, 0))
+        try:
+            async with self._sessionmaker.begin() as db:
+                await EventRepository(db).insert_many(batch)
+                sessions = SessionRepository(db)
+                for session_id, seq in last_seq.items():
+                    await sessions.bump_last_seq(session_id, seq)
+                if self.owner_id is not None:
+                    # Checked after the writes: by then this transaction holds the session rows
+                    # (SQLite: the write lock), which recovery locks too before it ends a run, so
+                    # a recovery either committed before (seen here) or writes after this commit.
+                    run_ids = {env.run_id for env in batch}
+                    lost = run_ids - await RunRepository(db).held(run_ids, self.owner_id)
+                    if lost:
+                        raise _RunsLost(lost)
+        except _RunsLost as exc:
+            return exc.run_ids
+        return set()
+
+    async def _runs_not_held(self, batch: list[EventEnvelope]) -> set[str]:
+        if self.owner_id is None:
+            return set()
+        run_ids = {env.run_id for env in batch}
+        async with self._sessionmaker() as db:
+            return run_ids - await RunRepository(db).held(run_ids, self.owner_id)
