@@ -81,6 +81,7 @@ async def build_runs(
     left behind are ended before the service takes requests."""
     event_log = EventLog(
         sessionmaker, group_commit_ms=settings.group_commit_ms, live_queue_size=settings.live_queue_size, metrics=metrics,
+        seq_block=settings.seq_reserve_block,
     )
     event_log.start()
     stack.push_async_callback(event_log.aclose)

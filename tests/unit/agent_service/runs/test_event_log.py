@@ -41,7 +41,7 @@ async def test_tokens_are_group_committed_and_terminal_written_first(database_ur
     log = EventLog(sessionmaker, group_commit_ms=50, live_queue_size=1000, metrics=metrics)
     log.start()
     try:
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         sub, run_id, snapshot = log.subscribe("s1")
         assert sub is not None and run_id == "r1" and snapshot == []
         for i in range(200):
@@ -91,7 +91,7 @@ async def test_writer_flushes_on_its_interval_without_a_boundary(database_url: s
     log = EventLog(sessionmaker, group_commit_ms=10, live_queue_size=10, metrics=AgentMetrics())
     log.start()
     try:
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text="x"))
         await log.writer.flush()
         assert channel.unflushed == {}
