@@ -65,10 +65,14 @@ async def build_tools(
     return tools
 
 
-def build_model(stack: AsyncExitStack, settings: AgentServiceSettings, provider: LLMProvider | None) -> LLMProvider:
+def build_model(
+    stack: AsyncExitStack, settings: AgentServiceSettings, provider: LLMProvider | None, metrics: AgentMetrics,
+) -> LLMProvider:
     if provider is not None:
         return provider
-    provider = build_provider(settings.llm)
+    provider = build_provider(
+        settings.llm, on_wait=metrics.llm_connection_wait.observe, on_waiters=metrics.llm_connection_waiters.set
+    )
     stack.push_async_callback(provider.aclose)
     return provider
 
@@ -117,7 +121,7 @@ async def build_agent(
     profiles = ProfileStore.from_file(settings.profiles_file)
     tools = await build_tools(settings, sessionmaker, profiles, tools)
     engine = ReActEngine(
-        build_model(stack, settings, provider), tools, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
+        build_model(stack, settings, provider, metrics), tools, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
         tool_timeout_s=settings.tool_timeout_seconds, max_tool_result_chars=settings.max_tool_result_chars,
     )
     event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics)
