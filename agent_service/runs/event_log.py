@@ -130,7 +130,8 @@ class SessionChannel:
 
     @property
     def last_seq(self) -> int:
-        return self.next_seq - 1
+        """The last seq shown (held events are not: their numbers are not reserved yet)."""
+        return self.next_seq - 1 - len(self.held)
 
 
 class EventLog:

@@ -62,6 +62,7 @@ async def test_no_event_is_shown_past_the_durable_reservation(database_url: str)
         await shown.handoff.wait_idle()
         assert shown.seqs == [1, 2, 3, 4]
         assert [item.envelope.seq for item in channel.held] == [5, 6]
+        assert channel.last_seq == 4  # what the session's status reports
         # Once the extension is durable (2 + a block of 4), the held events are shown, in order.
         assert channel.extending is not None
         await channel.extending
