@@ -274,17 +274,20 @@ class EventLog:
                 self._release_held(channel, upto=item.envelope.seq)  # all in the log by now
                 self._publish(channel, item)
                 self.close_channel(channel)
-            elif not taken_over and item.envelope.seq <= channel.reserved:
+            elif taken_over:
+                # The log already ends this run with another process's event: publishing ours
+                # would show readers an end that is not in the log.
+                self.abandon(channel)
+            elif item.envelope.seq <= channel.reserved:
                 # The write failed: readers still get the end of the stream; the session stays
                 # ACTIVE in the database and recovery ends it, above the reservation, once the
                 # lease expires.
                 self._publish(channel, item)
                 self.close_channel(channel)
             else:
-                # Taken over, the log already ends this run with another process's event; or the
-                # seq is not reserved, and recovery may write its end there. Readers are cut off
-                # and resume from the log.
-                self.abandon(channel)
+                # The write failed and the seq is not reserved: recovery may write its end there,
+                # so it is not shown. Readers are cut off and resume from the log.
+                self.close_channel(channel)
         return item.envelope
 
     def abandon(self, channel: SessionChannel) -> None:

@@ -4,8 +4,11 @@ seen, and bounded live subscriptions."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import pytest
 from sqlalchemy import event as sa_event
+from sqlalchemy.exc import OperationalError
 
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
@@ -223,3 +226,33 @@ async def test_a_sink_that_refuses_an_event_cuts_the_subscriber_off() -> None:
     assert not sub.push(_item(3))
     assert sub.overflowed
     sink.close()
+
+
+@pytest.mark.parametrize(("events", "shown_before_end", "shows_end"), [(2, [1, 2], True), (5, [1, 2, 3, 4], False)])
+async def test_a_terminal_event_that_could_not_be_written_is_shown_only_when_its_seq_is_reserved(
+    tmp_path: Path, events: int, shown_before_end: list[int], shows_end: bool,
+) -> None:
+    # The database is gone: no group commit, no extension of the reservation (it stays at 4), no end.
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/no/such/dir/agent.db")
+    log = EventLog(create_sessionmaker(engine), group_commit_ms=50, live_queue_size=1000, metrics=AgentMetrics(),
+                   seq_block=4)
+
+    async def finalize(_db) -> None:
+        raise AssertionError("not reached: the flush before it fails")
+
+    try:
+        channel = log.open_channel("s1", "r1", 1, reserved=4)
+        shown = _Shown(log)
+        for i in range(events):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+        with pytest.raises(OperationalError):
+            await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), finalize)
+        await shown.handoff.wait_idle()
+        # Recovery will end the run at seq_reserved + 1 = 5: an end shown at 6 would be a seq that
+        # later names another event, so that reader is cut off instead (it resumes from the log).
+        assert shown.seqs == shown_before_end + ([events + 1] if shows_end else [])
+        assert log.channel("s1") is None
+    finally:
+        log.writer.discard("s1")  # nothing to write on the way out either
+        await log.aclose()
+        await engine.dispose()
