@@ -112,10 +112,14 @@ def build_memory(
     )
 
 
-def build_model(stack: AsyncExitStack, settings: AgentServiceSettings, provider: LLMProvider | None) -> LLMProvider:
+def build_model(
+    stack: AsyncExitStack, settings: AgentServiceSettings, provider: LLMProvider | None, metrics: AgentMetrics,
+) -> LLMProvider:
     if provider is not None:
         return provider
-    provider = build_provider(settings.llm)
+    provider = build_provider(
+        settings.llm, on_wait=metrics.llm_connection_wait.observe, on_waiters=metrics.llm_connection_waiters.set
+    )
     stack.push_async_callback(provider.aclose)
     return provider
 
@@ -128,6 +132,7 @@ async def build_runs(
     left behind are ended before the service takes requests."""
     event_log = EventLog(
         sessionmaker, group_commit_ms=settings.group_commit_ms, live_queue_size=settings.live_queue_size, metrics=metrics,
+        seq_block=settings.seq_reserve_block,
     )
     event_log.start()
     stack.push_async_callback(event_log.aclose)
@@ -162,7 +167,7 @@ async def build_agent(
     sessionmaker = create_sessionmaker(db_engine)
     profiles = ProfileStore.from_file(settings.profiles_file)
     tools = await build_tools(settings, sessionmaker, profiles, tools)
-    provider = build_model(stack, settings, provider)
+    provider = build_model(stack, settings, provider, metrics)
     memory = build_memory(settings, sessionmaker, metrics)
     engine = ReActEngine(
         provider, tools, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,

@@ -44,6 +44,15 @@ class AgentMetrics:
             "agent_llm_time_to_first_token_seconds", "Time from model request to its first streamed event",
             buckets=_LATENCY_BUCKETS, registry=self.registry,
         )
+        self.llm_connection_wait = Histogram(
+            "agent_llm_connection_wait_seconds",
+            "Time a model call waited for a free LLM connection (LLM_MAX_CONNECTIONS) before it started",
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.llm_connection_waiters = Gauge(
+            "agent_llm_connection_waiters", "Model calls waiting now for a free LLM connection",
+            registry=self.registry,
+        )
         self.event_batches = Histogram(
             "agent_event_log_batch_size", "Events written per group commit",
             buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=self.registry,

@@ -50,6 +50,10 @@ class AgentSession(Base):
     run_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     pending_question: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    # The highest seq any process may have shown live (events are published before their group
+    # commit): raised by a run's claim, lowered to ``last_seq`` when the run ends normally. An end
+    # written for a run that crashed or was taken over goes above it (see ``next_seq``).
+    seq_reserved: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     current_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
@@ -95,4 +99,10 @@ class AgentEvent(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
-__all__ = ["AgentEvent", "AgentRun", "AgentSession", "Base", "UTCDateTime"]
+def next_seq(session: AgentSession) -> int:
+    """The first seq no reader of ``session`` can have seen: after the log and after every seq a
+    run may have published without writing it (the hole a crash leaves)."""
+    return max(session.last_seq, session.seq_reserved or 0) + 1
+
+
+__all__ = ["AgentEvent", "AgentRun", "AgentSession", "Base", "UTCDateTime", "next_seq"]

@@ -37,6 +37,9 @@ class AgentServiceSettings(BaseSettings):
     knowledge_dir: Path | None = None
     ask_user_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
     group_commit_ms: Annotated[float, Field(ge=0)] = 50.0
+    # Seqs a run reserves durably (in its claim, then again before it runs out) so that it may show
+    # events before their group commit; a crash leaves at most this many numbers unused.
+    seq_reserve_block: Annotated[int, Field(ge=2, le=1_000_000)] = 1000
     # None: migrate on start only for SQLite (the embedded default); PostgreSQL is migrated explicitly.
     migrate_on_start: bool | None = None
     # Per-subscriber live queue; a subscriber that falls this far behind is dropped and reconnects.

@@ -151,7 +151,7 @@ async def build_leases(settings: ConversationSettings, storage: Storage) -> Asyn
 async def build_llm(settings: ConversationSettings) -> AsyncIterator[LLMProvider]:
     """The LLM provider (direct replies, history summaries) on the process's pooled HTTP client."""
     timeout = httpx.Timeout(connect=5.0, read=60.0, write=10.0, pool=5.0)
-    async with httpx.AsyncClient(timeout=timeout) as http_client:
+    async with httpx.AsyncClient(timeout=timeout, limits=settings.llm.http_limits()) as http_client:
         llm = build_provider(settings.llm, http_client)
         try:
             yield llm

@@ -219,7 +219,13 @@ EVENT_DATA_MODELS: dict[EventType, type[BaseModel]] = {
 
 
 class EventEnvelope(BaseModel):
-    """The JSON ``data:`` of every SSE event; ``seq`` is also the SSE ``id:``."""
+    """The JSON ``data:`` of every SSE event; ``seq`` is also the SSE ``id:``.
+
+    ``seq`` grows strictly within a session and names one event forever. It is dense except after a
+    crash of the Agent Service mid-run: the events it had shown but not written are gone, and the
+    ERROR that ends the run comes after every seq the run had reserved, so a reader may see a jump
+    (and a ``Last-Event-ID`` inside the hole gets that ERROR). Readers accept it.
+    """
 
     session_id: str
     run_id: str

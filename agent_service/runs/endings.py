@@ -3,7 +3,8 @@
 A run this process executes ends with its outcome: ``ending_of`` says what that leaves behind (the
 terminal event, the run's status, the session's new state), which the run manager writes in one
 transaction. A run no task executes any more (a paused run cancelled or expired, an orphan of a
-stopped replica) ends through ``end_with_error``, the one place that writes such an end.
+stopped replica) ends through ``end_with_error``, the one place that writes such an end: above the
+session's seq reservation, so never at a seq the run may have shown before it stopped.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agent_service.errors import RUN_ERROR_RETRYABLE
-from agent_service.models import AgentSession
+from agent_service.models import AgentSession, next_seq
 from agent_service.runs.event_log import EventLog
 from agent_service.runs.repository import SessionRepository
 from agent_service.runs.state import Completed, Outcome, Paused, RunState, close_pending_calls
@@ -79,12 +80,14 @@ async def end_with_error(
     now: datetime, close_calls: str | None = None,
 ) -> None:
     """End the run of ``session`` (read for update in ``db``) with an ERROR event at the session's
-    next seq, in the caller's transaction. ``close_calls``: the reason the paused run's pending tool
-    calls are answered with, so that the transcript stays valid for the session's next run."""
+    next seq (above every seq its run may have shown), in the caller's transaction. ``close_calls``:
+    the reason the paused run's pending tool calls are answered with, so that the transcript stays
+    valid for the session's next run."""
     values: dict[str, Any] = {
         "status": ended_status(code).value, "run_state": None, "pending_question": None, "updated_at": now,
-        "last_seq": session.last_seq + 1,
     }
+    # The reservation ends here: every seq below is either in the log or a hole no run will fill.
+    values["last_seq"] = values["seq_reserved"] = next_seq(session)
     if close_calls is not None:
         state = RunState.from_json(session.transcript, session.run_state)
         close_pending_calls(state, close_calls)

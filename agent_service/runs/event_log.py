@@ -9,6 +9,12 @@ it, so a client that reads ASK_USER can answer at once and a restart never loses
 
 Events not yet written stay readable from ``SessionChannel.unflushed``, so a replay never misses
 the last few milliseconds of events.
+
+A seq is forever: an event is shown only once its seq is durably reserved for the run
+(``agent_sessions.seq_reserved``, raised by the claim a block ahead and extended in the background
+before the run gets there). An event past the reservation is held back (``SessionChannel.held``)
+until the extension commits. Whoever ends a run it did not execute writes above the reservation,
+so after a crash the log has a hole (events shown but never written), never a reused seq.
 """
 
 from __future__ import annotations
@@ -111,22 +117,32 @@ class SessionChannel:
     session_id: str
     run_id: str
     next_seq: int
+    # The highest seq durably reserved for this run: no event above it is shown.
+    reserved: int
     subscribers: set[LiveSubscription] = field(default_factory=set)
-    # Emitted but not yet committed, by seq.
+    # Shown but not yet committed, by seq.
     unflushed: dict[int, LiveEvent] = field(default_factory=dict)
+    # Emitted past the reservation: shown, in order, once the extension under way commits.
+    held: list[LiveEvent] = field(default_factory=list)
+    extending: asyncio.Task[None] | None = None
+    # The highest seq committed by the group commit.
+    written: int = 0
 
     @property
     def last_seq(self) -> int:
-        return self.next_seq - 1
+        """The last seq shown (held events are not: their numbers are not reserved yet)."""
+        return self.next_seq - 1 - len(self.held)
 
 
 class EventLog:
     def __init__(
         self, sessionmaker: async_sessionmaker, *, group_commit_ms: float, live_queue_size: int,
-        metrics: AgentMetrics,
+        metrics: AgentMetrics, seq_block: int = 1000,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._queue_size = live_queue_size
+        self.seq_block = seq_block
+        self._extensions: set[asyncio.Task[None]] = set()
         self._metrics = metrics
         self._channels: dict[str, SessionChannel] = {}
         self.writer = EventWriter(sessionmaker, group_commit_ms / 1000, metrics, self._written)
@@ -140,14 +156,17 @@ class EventLog:
         self.writer.on_taken_over = on_taken_over
 
     async def aclose(self) -> None:
+        if self._extensions:
+            await asyncio.gather(*self._extensions, return_exceptions=True)
         await self.writer.aclose()
 
     # --- the run side -------------------------------------------------------------------------
 
-    def open_channel(self, session_id: str, run_id: str, next_seq: int) -> SessionChannel:
+    def open_channel(self, session_id: str, run_id: str, next_seq: int, *, reserved: int) -> SessionChannel:
+        """``reserved``: the session's ``seq_reserved`` as the run's claim committed it."""
         if session_id in self._channels:
             raise RuntimeError(f"session {session_id} already has a live run")
-        channel = SessionChannel(session_id=session_id, run_id=run_id, next_seq=next_seq)
+        channel = SessionChannel(session_id=session_id, run_id=run_id, next_seq=next_seq, reserved=reserved)
         self._channels[session_id] = channel
         return channel
 
@@ -174,14 +193,50 @@ class EventLog:
                     self._metrics.dropped_subscribers.inc()
 
     def emit(self, channel: SessionChannel, type_: EventType, data: BaseModel | dict[str, Any]) -> EventEnvelope:
-        """Publish a non-terminal event now; it is persisted by the next group commit."""
+        """Publish a non-terminal event now (once its seq is reserved); it is persisted by the next
+        group commit."""
         item = self._envelope(channel, type_, data, time.perf_counter())
-        channel.unflushed[item.envelope.seq] = item
-        self._publish(channel, item)
         self.writer.add(item.envelope)
         if type_ in _BOUNDARY_EVENTS:
             self.writer.request_flush()
+        if item.envelope.seq <= channel.reserved:
+            channel.unflushed[item.envelope.seq] = item
+            self._publish(channel, item)
+        else:
+            channel.held.append(item)
+        if channel.next_seq > channel.reserved - self.seq_block // 2 and channel.extending is None:
+            # Half the block used: reserve the next one now, so that no event ever waits for it.
+            channel.extending = asyncio.create_task(
+                self._extend(channel, channel.next_seq - 1 + self.seq_block), name="agent-seq-reserve"
+            )
+            self._extensions.add(channel.extending)
+            channel.extending.add_done_callback(self._extensions.discard)
         return item.envelope
+
+    async def _extend(self, channel: SessionChannel, reserved: int) -> None:
+        try:
+            async with self._sessionmaker.begin() as db:
+                extended = await SessionRepository(db).extend_reservation(channel.session_id, channel.run_id, reserved)
+        except Exception:  # the next emit tries again; held events wait for it
+            log.exception("seq reservation could not be extended", extra={"run_id": channel.run_id})
+            return
+        finally:
+            channel.extending = None
+        if not extended:
+            # The run ended meanwhile (its end shows what it held) or was taken over (its events
+            # are not this process's to show).
+            return
+        channel.reserved = max(channel.reserved, reserved)
+        self._release_held(channel)
+
+    def _release_held(self, channel: SessionChannel, upto: int | None = None) -> None:
+        """Show the held events up to ``upto`` (default: the reservation), in order."""
+        limit = channel.reserved if upto is None else upto
+        while channel.held and channel.held[0].envelope.seq <= limit:
+            item = channel.held.pop(0)
+            if item.envelope.seq > channel.written:
+                channel.unflushed[item.envelope.seq] = item
+            self._publish(channel, item)
 
     async def emit_final(
         self, channel: SessionChannel, type_: EventType, data: BaseModel | dict[str, Any],
@@ -190,7 +245,7 @@ class EventLog:
         """Write everything before it, then the terminal event together with ``finalize``'s changes
         in one transaction; only then publish it and close the channel."""
         item = self._envelope(channel, type_, data)
-        taken_over = False
+        taken_over = written = False
         try:
             await self.writer.flush()
             for attempt in range(1, WRITE_ATTEMPTS + 1):
@@ -201,7 +256,11 @@ class EventLog:
                         # run row before the session row, the order recovery locks them in.
                         await finalize(db)
                         await EventRepository(db).insert_many([item.envelope])
-                        await SessionRepository(db).bump_last_seq(channel.session_id, item.envelope.seq)
+                        sessions = SessionRepository(db)
+                        await sessions.bump_last_seq(channel.session_id, item.envelope.seq)
+                        # Every seq shown is now in the log: the reservation ends with the run.
+                        await sessions.update(channel.session_id, seq_reserved=item.envelope.seq)
+                    written = True
                     break
                 except RunTakenOver:
                     taken_over = True
@@ -211,14 +270,23 @@ class EventLog:
                         raise
                     await asyncio.sleep(0.05 * 2**attempt)  # back off before hitting the database again
         finally:
-            if taken_over:
+            if written:
+                self._release_held(channel, upto=item.envelope.seq)  # all in the log by now
+                self._publish(channel, item)
+                self.close_channel(channel)
+            elif taken_over:
                 # The log already ends this run with another process's event: publishing ours
                 # would show readers an end that is not in the log.
                 self.abandon(channel)
-            else:
-                # Even when the write failed, readers get the end of the stream; the session stays
-                # ACTIVE in the database and recovery ends it once the lease expires.
+            elif item.envelope.seq <= channel.reserved:
+                # The write failed: readers still get the end of the stream; the session stays
+                # ACTIVE in the database and recovery ends it, above the reservation, once the
+                # lease expires.
                 self._publish(channel, item)
+                self.close_channel(channel)
+            else:
+                # The write failed and the seq is not reserved: recovery may write its end there,
+                # so it is not shown. Readers are cut off and resume from the log.
                 self.close_channel(channel)
         return item.envelope
 
@@ -227,6 +295,7 @@ class EventLog:
         ended the run in the log (its lease was lost). Readers are cut off and resume from the log."""
         self.writer.discard(channel.session_id)
         channel.unflushed.clear()
+        channel.held.clear()
         self.close_channel(channel)
 
     def close_channel(self, channel: SessionChannel) -> None:
@@ -241,6 +310,7 @@ class EventLog:
             channel = self._channels.get(env.session_id)
             if channel is not None:
                 channel.unflushed.pop(env.seq, None)
+                channel.written = max(channel.written, env.seq)
 
     async def append_direct(
         self, db: AsyncSession, session_id: str, run_id: str, seq: int, type_: EventType,

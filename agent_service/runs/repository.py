@@ -81,6 +81,21 @@ class SessionRepository:
         for name, value in values.items():
             set_committed_value(session, name, value)
 
+    async def extend_reservation(self, session_id: str, run_id: str, reserved: int) -> bool:
+        """Raise the session's ``seq_reserved`` to ``reserved`` while ``run_id`` still runs it;
+        False when it does not (the run ended, or another replica ended it)."""
+        result = await self.db.execute(
+            update(AgentSession)
+            .where(
+                AgentSession.id == session_id, AgentSession.current_run_id == run_id,
+                AgentSession.status == SessionStatus.ACTIVE.value,
+            )
+            # Only the run itself extends, one extension at a time, each further than the last.
+            .values(seq_reserved=reserved)
+            .execution_options(synchronize_session=False)
+        )
+        return result.rowcount == 1
+
     async def bump_last_seq(self, session_id: str, seq: int) -> None:
         # Never move backwards: batches of one session are written in order, but be safe anyway.
         await self.db.execute(

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.errors import IdempotencyKeyConflict, QuestionExpired, RunInProgress, SessionNotFound
-from agent_service.models import AgentRun, AgentSession
+from agent_service.models import AgentRun, AgentSession, next_seq
 from agent_service.profiles.schemas import Profile
 from agent_service.profiles.service import ProfileStore
 from agent_service.runs.early_start import EarlyModelCall
@@ -39,6 +39,8 @@ class Claim:
     session_id: str
     run_id: str
     first_seq: int
+    # The session's seq_reserved as this claim set it: the run may show seqs up to it.
+    reserved: int
     profile: Profile
     state: RunState
     resume: Resume | None
@@ -120,10 +122,11 @@ class RunService:
         SessionRepository(db).add(AgentSession(
             id=session_id, profile_name=profile.name, status=SessionStatus.ACTIVE.value,
             user_context=request.user_context.model_dump(mode="json"), transcript=state.transcript_json(),
-            run_state=None, pending_question=None, last_seq=0, current_run_id=run_id, created_at=now, updated_at=now,
+            run_state=None, pending_question=None, last_seq=0, seq_reserved=self._log.seq_block, current_run_id=run_id,
+            created_at=now, updated_at=now,
         ))
         await db.flush()
-        return Claim(session_id, run_id, 1, profile, state, None, request.user_context)
+        return Claim(session_id, run_id, 1, self._log.seq_block, profile, state, None, request.user_context)
 
     async def _claim_session(
         self, db: AsyncSession, request: ExecuteRequest, profile: Profile, early: EarlyModelCall, now: datetime,
@@ -155,18 +158,22 @@ class RunService:
         if state is None:
             state = self._state_for(session, request, profile, turn.resume)
             if turn.resume is None:
-                early.start(state, session.last_seq + 1, profile)
+                early.start(state, next_seq(session), profile)
+        # After any hole a crashed run left; the run may show a block of seqs before they are written.
+        first_seq = next_seq(session)
+        reserved = first_seq - 1 + self._log.seq_block
         claimed = await sessions.claim(
             session.id, early.run_id, now,
             {"profile_name": profile.name, "transcript": state.transcript_json(),
-             "run_state": state.to_json() if turn.resume else None, "pending_question": None},
+             "run_state": state.to_json() if turn.resume else None, "pending_question": None,
+             "seq_reserved": reserved},
         )
         if not claimed:
             raise RunInProgress({"message": "another run claimed this session", "session_id": session.id})
         user_context = (
             UserContext.model_validate(session.user_context) if request.answer is not None else request.user_context
         )
-        return Claim(session.id, early.run_id, session.last_seq + 1, profile, state, turn.resume, user_context)
+        return Claim(session.id, early.run_id, first_seq, reserved, profile, state, turn.resume, user_context)
 
     @staticmethod
     def _state_for(session: AgentSession, request: ExecuteRequest, profile: Profile, resume: Resume | None) -> RunState:
@@ -178,7 +185,7 @@ class RunService:
         return RunState.continued(session.transcript, request)
 
     def _launch(self, claim: Claim, early: EarlyModelCall) -> RunHandle:
-        channel = self._log.open_channel(claim.session_id, claim.run_id, claim.first_seq)
+        channel = self._log.open_channel(claim.session_id, claim.run_id, claim.first_seq, reserved=claim.reserved)
         # Subscribed before the run can emit: its first events go straight to this execute's
         # stream, never through a log read that would queue behind other runs' group commits.
         live, _, _ = self._log.subscribe(claim.session_id)

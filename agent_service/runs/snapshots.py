@@ -30,6 +30,7 @@ class SessionSnapshot:
             session.status == SessionStatus.COMPLETED.value
             and session.current_run_id == self.run_id
             and session.last_seq == self.last_seq
+            and (session.seq_reserved or 0) <= self.last_seq
         )
 
 

@@ -16,7 +16,7 @@
     │   ├── AgentPayloadTooLargeError      413
     │   ├── AgentUnavailableError          503, 429 (retried with backoff)
     │   └── AgentServerError               500 and other 5xx (retried once)
-    ├── AgentProtocolError                 an invalid or oversized event, a sequence gap
+    ├── AgentProtocolError                 an invalid or oversized event
     └── AgentStreamError                   a stream broke and could not be resumed
 
 ``retryable`` says whether repeating the same call (same idempotency key) may succeed;

@@ -4,8 +4,11 @@ A stream has two phases. Until its first event arrives it is a request like any 
 is retried by category (the execute carries the same ``Idempotency-Key`` on every try, so a retry
 joins the run instead of starting a second one). Once events flow, a broken connection is
 resumed with ``GET /api/v1/agent/sessions/{id}/events`` and ``Last-Event-ID``; events the
-consumer already has (``seq <= last_seq``) are dropped and a hole in the sequence is a protocol
-error, so the consumer sees every event exactly once, in order.
+consumer already has (``seq <= last_seq``) are dropped, so the consumer sees every event at most
+once, in order. A hole in the sequence is accepted and counted (``seqs_skipped``): after the Agent
+Service crashed mid-run, the events it had shown but not yet written are gone, and the ERROR that
+ends the run comes after every seq the run had reserved (see "Crash safety: seqs" in
+docs/architecture.md).
 
 Every event is untrusted input: its size is capped while it is being read, and it is validated
 with :func:`shared.sse.decode_envelope` before anyone sees it.
@@ -101,7 +104,8 @@ class AgentEventStream:
     works too and closes the connection when the stream ends or fails.
 
     Observable for metrics: ``retries`` (tries repeated before the stream started), ``reconnects``
-    (resumptions after it broke), ``duplicates_dropped``, ``unknown_events_skipped``.
+    (resumptions after it broke), ``duplicates_dropped``, ``unknown_events_skipped``, ``seqs_skipped``
+    (numbers of the holes a crashed run left).
     """
 
     def __init__(
@@ -130,6 +134,7 @@ class AgentEventStream:
         self.reconnects = 0
         self.duplicates_dropped = 0
         self.unknown_events_skipped = 0
+        self.seqs_skipped = 0
         self.events_received = 0
         self.terminal_event: EventEnvelope | None = None
         self._connection: _SSEConnection | None = None
@@ -372,7 +377,12 @@ class AgentEventStream:
                 self.duplicates_dropped += 1
                 return False
             if seq != self.last_seq + 1:
-                raise AgentProtocolError(f"events are missing: expected seq {self.last_seq + 1}, got {seq}")
+                # A hole a crashed run left (shown, never written): nothing to wait for or ask again.
+                self.seqs_skipped += seq - self.last_seq - 1
+                logger.info(
+                    "agent event stream skips a hole in the sequence",
+                    extra={"agent_session_id": self.session_id, "last_seq": self.last_seq, "seq": seq},
+                )
         self.last_seq = seq
         return True
 

@@ -6,6 +6,7 @@ whole product at a real model; the default is the built-in offline model.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import httpx
@@ -14,7 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.llm.base import LLMProvider
 from shared.llm.builtin import BuiltinProvider
-from shared.llm.openai import OpenAICompatibleProvider
+from shared.llm.capacity import ConnectionSlots
+from shared.llm.openai import OpenAICompatibleProvider, connection_limits
 
 __all__ = ["LLMSettings", "build_provider"]
 
@@ -30,10 +32,17 @@ class LLMSettings(BaseSettings):
     llm_connect_timeout: float = Field(default=5.0, gt=0, le=120)
     # Longest silence tolerated between two streamed bytes; reasoning models can think for a while.
     llm_read_timeout: float = Field(default=60.0, gt=0, le=900)
-    llm_pool_timeout: float = Field(default=5.0, gt=0, le=120)
+    # Model calls of one process streaming at once; at the limit a call waits its turn.
+    llm_max_connections: int = Field(default=100, ge=1, le=10_000)
+    # Longest a model call waits for its turn at the connection limit before it fails.
+    llm_request_timeout: float = Field(default=60.0, gt=0, le=900)
     # Pace of the built-in model: like a fast hosted model by default, 0 in tests.
     llm_builtin_first_token_ms: int = Field(default=150, ge=0, le=60_000)
     llm_builtin_chunk_delay_ms: int = Field(default=15, ge=0, le=10_000)
+
+    def http_limits(self) -> httpx.Limits:
+        """The pool of a shared HTTP client for the LLM upstream: room for every allowed call."""
+        return connection_limits(self.llm_max_connections)
 
     @model_validator(mode="after")
     def _check_base_url(self) -> LLMSettings:
@@ -42,9 +51,13 @@ class LLMSettings(BaseSettings):
         return self
 
 
-def build_provider(settings: LLMSettings, http_client: httpx.AsyncClient | None = None) -> LLMProvider:
-    """The configured provider. ``http_client`` is the process's pooled client for the LLM upstream;
-    without one the OpenAI-compatible provider creates (and closes in ``aclose``) its own."""
+def build_provider(
+    settings: LLMSettings, http_client: httpx.AsyncClient | None = None, *,
+    on_wait: Callable[[float], None] | None = None, on_waiters: Callable[[int], None] | None = None,
+) -> LLMProvider:
+    """The configured provider. ``http_client`` is the process's pooled client for the LLM upstream
+    (sized with ``http_limits``); without one the OpenAI-compatible provider creates (and closes in
+    ``aclose``) its own. ``on_wait``/``on_waiters`` report calls waiting for a free connection."""
     if settings.llm_provider == "openai":
         return OpenAICompatibleProvider(
             base_url=settings.llm_base_url,
@@ -53,7 +66,8 @@ def build_provider(settings: LLMSettings, http_client: httpx.AsyncClient | None 
             http_client=http_client,
             connect_timeout=settings.llm_connect_timeout,
             read_timeout=settings.llm_read_timeout,
-            pool_timeout=settings.llm_pool_timeout,
+            request_timeout=settings.llm_request_timeout,
+            slots=ConnectionSlots(settings.llm_max_connections, on_wait=on_wait, on_waiters=on_waiters),
         )
     return BuiltinProvider(
         first_token_delay=settings.llm_builtin_first_token_ms / 1000,

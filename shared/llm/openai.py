@@ -38,9 +38,10 @@ from shared.llm.base import (
     ToolCall,
     ToolSpec,
 )
+from shared.llm.capacity import ConnectionSlots
 from shared.tokens import count_messages_tokens, count_tokens
 
-__all__ = ["OpenAICompatibleProvider", "to_openai_messages", "to_openai_tools"]
+__all__ = ["OpenAICompatibleProvider", "connection_limits", "to_openai_messages", "to_openai_tools"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,13 +107,21 @@ class _StreamState:
     done: bool = False
 
 
+def connection_limits(max_connections: int) -> httpx.Limits:
+    """The HTTP pool for ``max_connections`` concurrent model calls, each kept for the next call."""
+    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+
+
 class OpenAICompatibleProvider:
     """Streams chat completions from an OpenAI-compatible endpoint.
 
     ``http_client`` is the process's pooled client for this upstream (created in the service's
-    lifespan); the timeouts are applied per request, so a shared client with other defaults still
-    gets this provider's connect/read/pool limits. Without a client the provider owns one and
-    closes it in ``aclose``.
+    lifespan, with at least ``max_connections`` connections); the timeouts are applied per request,
+    so a shared client with other defaults still gets this provider's limits. Without a client the
+    provider owns one and closes it in ``aclose``.
+
+    At most ``max_connections`` calls stream at once (``slots``); the others wait their turn for up
+    to ``request_timeout`` seconds.
     """
 
     name = "openai"
@@ -126,7 +135,9 @@ class OpenAICompatibleProvider:
         http_client: httpx.AsyncClient | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 60.0,
-        pool_timeout: float = 5.0,
+        request_timeout: float = 60.0,
+        max_connections: int = 100,
+        slots: ConnectionSlots | None = None,
     ) -> None:
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._model = model
@@ -134,13 +145,14 @@ class OpenAICompatibleProvider:
         self._headers = {"Accept": "text/event-stream"}
         if secret:
             self._headers["Authorization"] = f"Bearer {secret}"
+        self._request_timeout = request_timeout
+        self.slots = slots or ConnectionSlots(max_connections)
+        # The slots keep this provider within the pool, so the pool's own wait is only a backstop.
         self._timeout = httpx.Timeout(
-            connect=connect_timeout, read=read_timeout, write=read_timeout, pool=pool_timeout
+            connect=connect_timeout, read=read_timeout, write=read_timeout, pool=request_timeout
         )
         self._owns_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20)
-        )
+        self._client = http_client or httpx.AsyncClient(limits=connection_limits(self.slots.limit))
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAICompatibleProvider(url={self._url!r}, model={self._model!r})"
@@ -177,7 +189,7 @@ class OpenAICompatibleProvider:
         state = _StreamState()
         started = time.monotonic()
         try:
-            async with self._client.stream(
+            async with self.slots.slot(self._request_timeout), self._client.stream(
                 "POST",
                 self._url,
                 content=orjson.dumps(self._body(messages, tools, options)),

@@ -1,7 +1,7 @@
 """Long-term memory: what each user told the agent, searchable by full text, per dialect.
 
 Revision ID: a0005
-Revises: a0003
+Revises: a0004
 
 One row per completed turn, for one (organisation, user); ``org_id`` is '' for users without an
 organisation, so that the pair is a plain equality everywhere. SQLite: an FTS5 table over the
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "a0005"
-down_revision = "a0003"
+down_revision = "a0004"
 branch_labels = None
 depends_on = None
 

@@ -11,9 +11,12 @@ from sqlalchemy import select
 from agent_service.models import AgentEvent, AgentRun
 from agent_service.runs.leases import LeaseKeeper
 from agent_service.runs.manager import RunManager
+from agent_service.settings import AgentServiceSettings
 from shared.llm.base import CompletionOptions, LLMEvent, LLMMessage, TextDelta, ToolSpec
 from shared.llm.builtin import BuiltinProvider
 
+# Seqs a claim reserves by default: a run ended by another replica has its ERROR after them.
+SEQ_BLOCK: int = AgentServiceSettings.model_fields["seq_reserve_block"].default
 # Short leases so that expiry happens within a test; renewals several times per lease.
 REPLICA_SETTINGS: dict[str, Any] = {"lease_seconds": 2.0, "lease_renew_seconds": 0.2, "replay_poll_seconds": 0.05}
 # The built-in model's fixed reply to this is a few dozen words: enough answer chunks to hold a run

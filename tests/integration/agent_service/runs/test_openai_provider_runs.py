@@ -1,13 +1,19 @@
-"""The same engine behind the OpenAI-compatible provider: streamed tool calls over real HTTP, and a
-model endpoint that is down ending the run with a retryable ERROR."""
+"""The same engine behind the OpenAI-compatible provider: streamed tool calls over real HTTP, a
+model endpoint that is down ending the run with a retryable ERROR, and runs at the LLM connection
+limit waiting their turn."""
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 
+from agent_service.app import create_app
+from shared.llm.config import LLMSettings
 from shared.llm.openai import OpenAICompatibleProvider
+from tests.integration.agent_service.conftest import AgentClient, make_settings
 from tests.support.fake_openai import ErrorReply, FakeOpenAI, TextReply, ToolCallReply, running_fake_openai
-from tests.support.servers import free_port
+from tests.support.servers import free_port, serve_app
 
 
 async def test_tool_call_streamed_by_an_openai_compatible_model(agent_factory) -> None:
@@ -61,3 +67,23 @@ async def test_model_rejecting_the_request_is_not_retryable(agent_factory) -> No
         finally:
             await provider.aclose()
     assert result.last.data["code"] == "LLM_ERROR" and result.last.data["retryable"] is False
+
+
+async def test_runs_at_the_llm_connection_limit_wait_their_turn_and_the_wait_is_a_metric(database_url) -> None:
+    fake = FakeOpenAI(tokens=10, token_delay_ms=20)
+    async with running_fake_openai(fake) as (_, api_root):
+        llm = LLMSettings(llm_provider="openai", llm_base_url=api_root, llm_max_connections=2, llm_request_timeout=30)
+        settings = make_settings(database_url, llm=llm)
+        async with serve_app(create_app(settings)) as url:
+            agent = AgentClient(url, settings)
+            try:
+                results = await asyncio.gather(*(agent.execute("hello") for _ in range(6)))
+                metrics = (await agent.http.get("/metrics")).text
+            finally:
+                await agent.aclose()
+    # Six runs on two connections: none failed, four waited their turn.
+    assert [r.last.type.value for r in results] == ["COMPLETE"] * 6
+    assert "agent_llm_connection_wait_seconds_count 6.0" in metrics
+    waited = next(line for line in metrics.splitlines() if line.startswith("agent_llm_connection_wait_seconds_sum"))
+    assert float(waited.split()[-1]) > 0.1
+    assert "agent_llm_connection_waiters 0.0" in metrics

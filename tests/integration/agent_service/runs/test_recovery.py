@@ -39,6 +39,38 @@ async def test_start_up_ends_runs_a_crash_left_active(agent_factory, db) -> None
         assert run.status == "FAILED" and run.error_code == "INTERRUPTED" and run.ended_at is not None
 
 
+async def test_a_crashed_runs_end_goes_after_every_seq_it_may_have_shown(agent_factory, db) -> None:
+    """The crashed run had reserved seqs up to 1000 and may have shown events up to there without
+    writing them (only 1..2 are in the log): its ERROR is 1001, a client resuming from inside the
+    hole gets it, and the session's next run starts after it."""
+    await run_migrations(db.engine)
+    now = utcnow()
+    async with db.sessionmaker.begin() as s:
+        s.add(AgentSession(
+            id="crashed", profile_name="default", status="ACTIVE", user_context={"user_id": "u"},
+            transcript=[{"role": "user", "content": "what is 1+1"}], last_seq=2, seq_reserved=1000,
+            current_run_id="run-1", created_at=now, updated_at=now,
+        ))
+        await s.flush()
+        s.add(AgentRun(id="run-1", session_id="crashed", status="ACTIVE", first_seq=1, started_at=now))
+        for seq in (1, 2):
+            s.add(AgentEvent(session_id="crashed", seq=seq, run_id="run-1", type="ANSWER_CHUNK", ts=now,
+                             data={"text": "partial "}))
+
+    async with agent_factory() as agent:
+        status = await agent.status("crashed")
+        assert status["status"] == "FAILED" and status["last_seq"] == 1001
+        resumed = await agent.replay("crashed", 7)  # a client that saw seq 7 live before the crash
+        assert [(e.seq, e.type.value) for e in resumed.events] == [(1001, "ERROR")]
+        assert resumed.last.data["code"] == "INTERRUPTED" and resumed.last.run_id == "run-1"
+        again = await agent.execute("what is 1+1", body={"session_id": "crashed"})
+        assert again.last.type.value == "COMPLETE" and again.events[0].seq == 1002
+    async with db.sessionmaker() as s:
+        session = await s.get(AgentSession, "crashed")
+        # The completed run gave back the seqs it did not use.
+        assert session.seq_reserved == session.last_seq == again.last.seq
+
+
 async def test_stopping_the_service_ends_its_runs_as_interrupted(agent_factory, db) -> None:
     provider = BuiltinProvider(first_token_delay=0, chunk_delay=0.05)
     async with agent_factory(provider=provider) as agent:

@@ -4,8 +4,11 @@ seen, and bounded live subscriptions."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import pytest
 from sqlalchemy import event as sa_event
+from sqlalchemy.exc import OperationalError
 
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
@@ -17,15 +20,94 @@ from shared.fastpath.handoff import Handoff
 from shared.protocol import AnswerChunkData, CompleteData, EventEnvelope, EventType, utcnow
 
 
-async def _setup(database_url: str):
+async def _setup(database_url: str, seq_reserved: int = 0):
     engine = create_engine(database_url)
     await run_migrations(engine)
     sessionmaker = create_sessionmaker(engine)
     now = utcnow()
     async with sessionmaker.begin() as db:
         db.add(AgentSession(id="s1", profile_name="default", status="ACTIVE", user_context={"user_id": "u"},
-                            transcript=[], last_seq=0, current_run_id="r1", created_at=now, updated_at=now))
+                            transcript=[], last_seq=0, seq_reserved=seq_reserved, current_run_id="r1",
+                            created_at=now, updated_at=now))
     return engine, sessionmaker
+
+
+class _Shown:
+    """A live reader that keeps up: the seqs it was shown, in order."""
+
+    def __init__(self, log: EventLog) -> None:
+        sub, _, _ = log.subscribe("s1")
+        assert sub is not None
+        self.seqs: list[int] = []
+        self.handoff = Handoff(self._take, maxsize=1000)
+        sub.attach(self.handoff)
+
+    async def _take(self, batch: list[LiveEvent]) -> None:
+        self.seqs.extend(item.envelope.seq for item in batch)
+
+
+async def _reserved(sessionmaker) -> tuple[int, int]:
+    async with sessionmaker() as db:
+        session = await SessionRepository(db).get("s1")
+        return session.seq_reserved, session.last_seq
+
+
+async def test_no_event_is_shown_past_the_durable_reservation(database_url: str) -> None:
+    engine, sessionmaker = await _setup(database_url, seq_reserved=4)
+    log = EventLog(sessionmaker, group_commit_ms=50, live_queue_size=1000, metrics=AgentMetrics(), seq_block=4)
+    log.start()
+    try:
+        channel = log.open_channel("s1", "r1", 1, reserved=4)
+        shown = _Shown(log)
+        # Six events with no await between them: the extension asked for at seq 2 has not committed.
+        for i in range(6):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+        await shown.handoff.wait_idle()
+        assert shown.seqs == [1, 2, 3, 4]
+        assert [item.envelope.seq for item in channel.held] == [5, 6]
+        assert channel.last_seq == 4  # what the session's status reports
+        # Once the extension is durable (2 + a block of 4), the held events are shown, in order.
+        assert channel.extending is not None
+        await channel.extending
+        await shown.handoff.wait_idle()
+        assert shown.seqs == [1, 2, 3, 4, 5, 6] and channel.held == []
+        assert (await _reserved(sessionmaker))[0] == 6
+
+        async def finalize(db) -> None:
+            await SessionRepository(db).update("s1", status="COMPLETED")
+
+        final = await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), finalize)
+        await shown.handoff.wait_idle()
+        assert final.seq == 7 and shown.seqs[-1] == 7
+        # The run's end gives back what it reserved and did not use.
+        assert await _reserved(sessionmaker) == (7, 7)
+    finally:
+        await log.aclose()
+        await engine.dispose()
+
+
+async def test_a_run_that_lost_its_session_shows_nothing_past_its_reservation(database_url: str) -> None:
+    engine, sessionmaker = await _setup(database_url, seq_reserved=4)
+    log = EventLog(sessionmaker, group_commit_ms=50, live_queue_size=1000, metrics=AgentMetrics(), seq_block=4)
+    log.start()
+    try:
+        channel = log.open_channel("s1", "r1", 1, reserved=4)
+        shown = _Shown(log)
+        # Another replica ended the run (its owner looked dead): its ERROR took seq 5.
+        async with sessionmaker.begin() as db:
+            await SessionRepository(db).update("s1", status="FAILED", last_seq=5, seq_reserved=5)
+        for i in range(6):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+        assert channel.extending is not None
+        await channel.extending
+        await shown.handoff.wait_idle()
+        assert shown.seqs == [1, 2, 3, 4]
+        assert [item.envelope.seq for item in channel.held] == [5, 6]
+        assert await _reserved(sessionmaker) == (5, 5)
+    finally:
+        log.abandon(channel)
+        await log.aclose()
+        await engine.dispose()
 
 
 async def test_tokens_are_group_committed_and_terminal_written_first(database_url: str) -> None:
@@ -41,7 +123,7 @@ async def test_tokens_are_group_committed_and_terminal_written_first(database_ur
     log = EventLog(sessionmaker, group_commit_ms=50, live_queue_size=1000, metrics=metrics)
     log.start()
     try:
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         sub, run_id, snapshot = log.subscribe("s1")
         assert sub is not None and run_id == "r1" and snapshot == []
         for i in range(200):
@@ -91,7 +173,7 @@ async def test_writer_flushes_on_its_interval_without_a_boundary(database_url: s
     log = EventLog(sessionmaker, group_commit_ms=10, live_queue_size=10, metrics=AgentMetrics())
     log.start()
     try:
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text="x"))
         await log.writer.flush()
         assert channel.unflushed == {}
@@ -144,3 +226,33 @@ async def test_a_sink_that_refuses_an_event_cuts_the_subscriber_off() -> None:
     assert not sub.push(_item(3))
     assert sub.overflowed
     sink.close()
+
+
+@pytest.mark.parametrize(("events", "shown_before_end", "shows_end"), [(2, [1, 2], True), (5, [1, 2, 3, 4], False)])
+async def test_a_terminal_event_that_could_not_be_written_is_shown_only_when_its_seq_is_reserved(
+    tmp_path: Path, events: int, shown_before_end: list[int], shows_end: bool,
+) -> None:
+    # The database is gone: no group commit, no extension of the reservation (it stays at 4), no end.
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/no/such/dir/agent.db")
+    log = EventLog(create_sessionmaker(engine), group_commit_ms=50, live_queue_size=1000, metrics=AgentMetrics(),
+                   seq_block=4)
+
+    async def finalize(_db) -> None:
+        raise AssertionError("not reached: the flush before it fails")
+
+    try:
+        channel = log.open_channel("s1", "r1", 1, reserved=4)
+        shown = _Shown(log)
+        for i in range(events):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+        with pytest.raises(OperationalError):
+            await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), finalize)
+        await shown.handoff.wait_idle()
+        # Recovery will end the run at seq_reserved + 1 = 5: an end shown at 6 would be a seq that
+        # later names another event, so that reader is cut off instead (it resumes from the log).
+        assert shown.seqs == shown_before_end + ([events + 1] if shows_end else [])
+        assert log.channel("s1") is None
+    finally:
+        log.writer.discard("s1")  # nothing to write on the way out either
+        await log.aclose()
+        await engine.dispose()

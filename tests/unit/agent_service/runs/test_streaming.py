@@ -77,7 +77,7 @@ async def _read_all(streamer: EventStreamer, *args, **kwargs) -> list[int]:
 
 async def test_live_run_covered_by_unwritten_events_is_streamed_without_reading_the_log(database_url: str) -> None:
     async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, log_reads, metrics):
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         for i in range(5):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
         streamer = EventStreamer(log, sessionmaker, SETTINGS, metrics)
@@ -98,7 +98,7 @@ async def test_live_run_covered_by_unwritten_events_is_streamed_without_reading_
 
 async def test_events_already_written_are_read_from_the_log_then_the_rest_from_memory(database_url: str) -> None:
     async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, log_reads, _metrics):
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         for i in range(4):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
         await log.writer.flush()  # 1..4 in the log
@@ -121,7 +121,7 @@ async def test_stream_subscribed_before_the_run_sends_everything_from_memory_eve
     its stream sends them all without reading the log, even when they were committed before the
     response started."""
     async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, log_reads, metrics):
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         live, _, _ = log.subscribe("s1")
         for i in range(4):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
@@ -141,7 +141,7 @@ async def test_stream_subscribed_before_the_run_sends_everything_from_memory_eve
 
 async def test_stream_whose_early_subscription_overflowed_replays_from_the_log(database_url: str) -> None:
     async with _running_log(database_url, live_queue_size=3) as (sessionmaker, log, log_reads, _metrics):
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         live, _, _ = log.subscribe("s1")
         for i in range(5):  # more than the subscription holds: it is cut off
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
@@ -160,7 +160,7 @@ async def test_stream_whose_early_subscription_overflowed_replays_from_the_log(d
 async def test_a_live_event_is_written_to_an_idle_reader_inside_emit(database_url: str) -> None:
     """The run writes the event to a reader that keeps up itself: no writer task to wait for."""
     async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, _, metrics):
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         client = _Client()
         streamer = EventStreamer(log, sessionmaker, SETTINGS, metrics)
         reader = asyncio.create_task(streamer.serve(client.write, "s1", 0, until_run="r1"))
@@ -177,7 +177,7 @@ async def test_a_live_event_is_written_to_an_idle_reader_inside_emit(database_ur
 
 async def test_a_reader_whose_writes_block_delays_neither_the_run_nor_another_reader(database_url: str) -> None:
     async with _running_log(database_url, live_queue_size=3) as (sessionmaker, log, _, _metrics):
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         stuck_gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         stuck_writes: list[bytes] = []
 
@@ -207,7 +207,7 @@ async def test_a_reader_whose_writes_block_delays_neither_the_run_nor_another_re
 
 async def test_a_disconnect_ends_the_stream_and_its_subscription(database_url: str) -> None:
     async with _running_log(database_url, live_queue_size=10) as (sessionmaker, log, _, _metrics):
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         client = _Client()
         disconnected = asyncio.Event()
         streamer = EventStreamer(log, sessionmaker, SETTINGS)

@@ -179,15 +179,17 @@ async def test_stream_events_drops_what_the_consumer_already_has(client: AgentSe
 
 
 @respx.mock
-async def test_a_gap_in_the_sequence_is_a_protocol_error(client: AgentServiceClient) -> None:
-    respx.post(EXECUTE_URL).mock(return_value=sse(sse_events(1, 2), sse_event(4)))
+async def test_a_gap_in_the_sequence_is_accepted_and_counted(client: AgentServiceClient) -> None:
+    """A crashed run's events shown but never written leave a hole before the ERROR that ends it."""
+    respx.post(EXECUTE_URL).mock(return_value=sse(sse_events(1, 2), sse_event(1001, EventType.ERROR)))
     stream = client.execute_agent(request())
     seen: list[int] = []
-    with pytest.raises(AgentProtocolError, match="expected seq 3, got 4"):
-        async with stream:
-            async for event in stream:
-                seen.append(event.seq)
-    assert seen == [1, 2] and stream.finished
+    async with stream:
+        async for event in stream:
+            seen.append(event.seq)
+    assert seen == [1, 2, 1001] and stream.finished
+    assert stream.seqs_skipped == 998 and stream.last_seq == 1001
+    assert stream.terminal_event is not None and stream.terminal_event.seq == 1001
 
 
 @pytest.mark.parametrize(

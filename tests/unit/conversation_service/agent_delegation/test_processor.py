@@ -468,6 +468,22 @@ async def test_waiting_shows_a_countdown_and_rate_limited_says_when_to_retry(bed
     )
 
 
+async def test_a_hole_before_a_crashed_runs_error_is_accepted(bed: Bed) -> None:
+    """The Agent Service crashed mid-run: the events it had shown but not written are gone, and its
+    recovery's ERROR comes after every seq the run had reserved (seq 1001, not 3)."""
+    interrupted = {"code": "INTERRUPTED", "message": "the service stopped while the run was executing",
+                   "retryable": True}
+    events = [*numbered([chunk("Partial "), chunk("answer")]), envelope(1001, EventType.ERROR, interrupted)]
+    outcome = await bed.processor().process(bed.turn(), stream_of(events))
+
+    assert outcome.kind is TurnOutcomeKind.AGENT_ERROR and outcome.error_code == "INTERRUPTED"
+    assert outcome.last_seq == 1001
+    assert bed.log.types[-2:] == [FrameType.MESSAGE_ERROR, FrameType.AGENT_ERROR]
+    message = await bed.message()
+    assert message.status == MessageStatus.ERROR.value and message.content == "Partial answer"
+    assert (await bed.session_row()).status == AgentSessionStatus.FAILED.value
+
+
 async def test_a_stream_that_breaks_mid_run_ends_the_message_as_error(bed: Bed) -> None:
     events = numbered([(EventType.THOUGHT, {"text": "hm"}), chunk("The answer "), chunk("is")])
     broken = AgentStreamError("the event stream broke and 3 reconnects failed (AgentTransportError)")
