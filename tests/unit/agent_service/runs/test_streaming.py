@@ -228,7 +228,7 @@ async def test_a_disconnect_ends_the_stream_and_its_subscription(database_url: s
 async def test_a_live_stream_ends_once_the_service_starts_stopping(database_url: str) -> None:
     """A graceful stop ends the stream while its run still goes on: the client resumes elsewhere."""
     async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, _log_reads, _metrics):
-        channel = log.open_channel("s1", "r1", 1)
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
         stopping = asyncio.Event()
         streamer = EventStreamer(log, sessionmaker, SETTINGS, stopping=stopping)
         reader = asyncio.create_task(_read_all(streamer, "s1", 0, until_run="r1"))
