@@ -68,7 +68,7 @@ class ConversationSettings(BaseSettings):
     frame_writer_queue_size: int = Field(default=20_000, ge=100)
     # Frame seqs are reserved durably this many at a time (one small write per block and
     # conversation); after a crash the unused rest of a block is a hole in the seqs, never a reuse.
-    frame_seq_block: int = Field(default=100, ge=1, le=100_000)
+    frame_seq_block: int = Field(default=1000, ge=1, le=100_000)
 
     # Turns (the reply to each accepted message) are owned under a lease the owner renews every
     # third of it; a turn whose lease ran out (its replica died) is taken over by the next sweep of
