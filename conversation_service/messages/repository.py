@@ -65,6 +65,16 @@ class MessageRepository(Repository):
         )
         return list(reversed(result.scalars().all()))
 
+    async def last_shown(self, conversation_id: str) -> Message | None:
+        """The conversation's newest message that is not replaced: what the page shows last."""
+        result = await self.session.execute(
+            select(Message)
+            .where(Message.conversation_id == conversation_id, Message.status != MessageStatus.REPLACED.value)
+            .order_by(Message.created_at.desc(), Message.id.desc())
+            .limit(1)
+        )
+        return result.scalar_one_or_none()
+
     async def finish(self, message_id: str, *, content: str, status: str, agent_metadata: dict[str, Any] | None = None) -> None:
         values: dict[str, Any] = {"content": content, "status": status}
         if agent_metadata is not None:
