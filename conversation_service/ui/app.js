@@ -92,7 +92,8 @@ const typing = {
   stop() { $("typing").hidden = true; },
   frame(frame) {
     const own = frame.type === "message.created" && frame.data && frame.data.role === "user";
-    if (!own && frame.type !== "notice") this.stop();
+    // The old answer leaving the page (regenerate, retry) is not the new one beginning either.
+    if (!own && frame.type !== "notice" && frame.type !== "message.replaced") this.stop();
   },
 };
 

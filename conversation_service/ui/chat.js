@@ -264,7 +264,9 @@ export class ChatView {
       default:
         break;  // frame types this page does not know yet are ignored
     }
-    this.refreshControls();
+    // Only the frames that start, end or remove a message change which controls show.
+    const type = String(frame.type);
+    if (type === "agent.error" || (type.startsWith("message.") && type !== "message.delta")) this.refreshControls();
     this.follow(wasNear);
   }
 }
