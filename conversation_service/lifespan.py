@@ -33,13 +33,13 @@ from conversation_service.interactions.expiry import QuestionExpiry
 from conversation_service.interactions.service import AnswerService
 from conversation_service.messages.service import MessageService
 from conversation_service.metrics import ConversationMetrics
-from conversation_service.reply_control.service import ReplyControl
 from conversation_service.realtime.hub import Hub, InProcessHub, RedisHub
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.realtime.repository import FrameRepository
 from conversation_service.realtime.reservations import SeqReservations
 from conversation_service.realtime.seq import InProcessSeqAllocator, RedisSeqAllocator, SeqAllocator
 from conversation_service.realtime.writer import FrameWriter
+from conversation_service.reply_control.service import ReplyControl
 from conversation_service.resilience.breaker import BreakerState, CircuitBreaker
 from conversation_service.resilience.breaker_metrics import BreakerCollector
 from conversation_service.resilience.health import AgentHealthMonitor

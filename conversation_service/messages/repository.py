@@ -7,7 +7,6 @@ from sqlalchemy import and_, or_, select, update
 from conversation_service.db.models import Message, MessageStatus
 from conversation_service.db.repository import Repository
 
-
 # The messages a prompt's history is made of: the finished ones, and a reply the user stopped, whose
 # text so far they kept (a later "go on" continues it). Replaced and failed replies never are.
 IN_PROMPTS = or_(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-import pytest
 from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 

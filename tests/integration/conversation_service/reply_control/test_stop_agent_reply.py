@@ -9,9 +9,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from agent_service.app import create_app as create_agent_app
 from agent_service.settings import AgentServiceSettings
+from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.db.models import AgentSessionStatus
 from conversation_service.db.repository import unit_of_work
-from conversation_service.agent_sessions.repository import AgentSessionRepository
 from shared.llm.builtin import BuiltinProvider
 from shared.protocol import SessionStatus
 from tests.integration.conversation_service.support import auth, collect_until, connect
