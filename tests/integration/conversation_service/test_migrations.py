@@ -67,12 +67,12 @@ async def test_upgrade_downgrade_upgrade(database_url: str) -> None:
         await engine.dispose()
 
 
-async def _insert_message(engine, message_id: str, status: str) -> None:
+async def _insert_message(engine, message_id: str, status: str, role: str = "assistant") -> None:
     async with engine.begin() as conn:
         await conn.execute(text(
             "INSERT INTO messages (id, conversation_id, role, content, status, created_at)"
-            " VALUES (:id, 'c1', 'assistant', 'so far', :status, CURRENT_TIMESTAMP)"
-        ), {"id": message_id, "status": status})
+            " VALUES (:id, 'c1', :role, 'so far', :status, CURRENT_TIMESTAMP)"
+        ), {"id": message_id, "status": status, "role": role})
 
 
 async def _statuses(engine) -> dict[str, str]:
@@ -96,6 +96,8 @@ async def test_c0007_message_statuses_keep_their_check(database_url: str) -> Non
         await _insert_message(engine, "m-replaced", "replaced")
         with pytest.raises(IntegrityError):
             await _insert_message(engine, "m-bogus", "bogus")
+        with pytest.raises(IntegrityError):  # the table's other checks are kept
+            await _insert_message(engine, "m-robot", "complete", role="robot")
 
         await migrate.downgrade(engine, "c0006")
         assert await _statuses(engine) == {"m-stopped": "complete", "m-replaced": "error"}
