@@ -20,14 +20,16 @@ down_revision = "c0006"
 branch_labels = None
 depends_on = None
 
+# The name c0001's check got (its name went through the naming convention once more).
+STATUS_CHECK = "ck_messages_ck_messages_status"
 STATUSES = "status IN ('complete', 'streaming', 'error', 'stopped', 'replaced')"
 OLD_STATUSES = "status IN ('complete', 'streaming', 'error')"
 
 
 def upgrade() -> None:
     with op.batch_alter_table("messages") as batch:
-        batch.drop_constraint(op.f("ck_messages_status"), type_="check")
-        batch.create_check_constraint(op.f("ck_messages_status"), sa.text(STATUSES))
+        batch.drop_constraint(op.f(STATUS_CHECK), type_="check")
+        batch.create_check_constraint(op.f(STATUS_CHECK), sa.text(STATUSES))
     with op.batch_alter_table("turns") as batch:
         batch.add_column(sa.Column("stop_requested_at", sa.DateTime(timezone=True), nullable=True))
 
@@ -40,5 +42,5 @@ def downgrade() -> None:
     with op.batch_alter_table("turns") as batch:
         batch.drop_column("stop_requested_at")
     with op.batch_alter_table("messages") as batch:
-        batch.drop_constraint(op.f("ck_messages_status"), type_="check")
-        batch.create_check_constraint(op.f("ck_messages_status"), sa.text(OLD_STATUSES))
+        batch.drop_constraint(op.f(STATUS_CHECK), type_="check")
+        batch.create_check_constraint(op.f(STATUS_CHECK), sa.text(OLD_STATUSES))
