@@ -118,7 +118,8 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages, leases,
                 max_chars=settings.max_message_chars,
             )
-            app.state.reply_control = ReplyControl(storage.sessionmaker, realtime.publisher, leases, messages, client)
+            app.state.reply_control = ReplyControl(storage.sessionmaker, realtime.publisher, leases, messages, client,
+                                                   flush_frames=realtime.writer.flush)
             yield
 
     return run

@@ -17,13 +17,14 @@ direct LLM. A failed or interrupted answer is retried the same way.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from conversation_service.agent_client import AgentConflictError, AgentServiceClient, AgentServiceError
 from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.conversations.service import get_owned_conversation
-from conversation_service.db.models import Message, MessageRole, MessageStatus
+from conversation_service.db.models import Message, MessageRole, MessageStatus, TurnStatus
 from conversation_service.db.repository import unit_of_work
 from conversation_service.errors import Conflict, NotFound, Unavailable
 from conversation_service.messages.repository import MessageRepository
@@ -37,6 +38,7 @@ from conversation_service.turns.repository import TurnRepository
 
 log = logging.getLogger(__name__)
 
+NOT_STREAMING = "only a reply that is still streaming can be stopped"
 # An answer may be asked for again once it has ended, however it ended.
 _ENDED = (MessageStatus.COMPLETE.value, MessageStatus.ERROR.value, MessageStatus.STOPPED.value)
 
@@ -44,8 +46,9 @@ _ENDED = (MessageStatus.COMPLETE.value, MessageStatus.ERROR.value, MessageStatus
 class ReplyControl:
     def __init__(
         self, sessionmaker: async_sessionmaker, publisher: FramePublisher, leases: TurnLeases,
-        messages: MessageService, client: AgentServiceClient,
+        messages: MessageService, client: AgentServiceClient, flush_frames: Callable[[], Awaitable[None]],
     ) -> None:
+        self._flush_frames = flush_frames  # this replica's frames (and turn progress) not committed yet
         self._sessionmaker = sessionmaker
         self._publisher = publisher
         self._leases = leases
@@ -53,22 +56,40 @@ class ReplyControl:
         self._client = client
 
     async def stop(self, user: AuthenticatedUser, conversation_id: str, message_id: str) -> StopAccepted:
-        async with unit_of_work(self._sessionmaker) as session:
-            await get_owned_conversation(session, user, conversation_id)
-            message = await _message_of(session, conversation_id, message_id)
-        metadata = message.agent_metadata or {}
-        turn_id = metadata.get("in_reply_to")
-        if message.role != MessageRole.ASSISTANT.value or message.status != MessageStatus.STREAMING.value or not turn_id:
-            raise Conflict("only a reply that is still streaming can be stopped")
+        turn_id, agent_session_id = await self._streaming_reply(user, conversation_id, message_id)
         if not await self._leases.request_stop(turn_id):
-            raise Conflict("only a reply that is still streaming can be stopped")
-        if metadata.get("path") == "agent" and message.agent_session_id:
-            await self._cancel_run(message.agent_session_id)
+            raise Conflict(NOT_STREAMING)
+        if agent_session_id:
+            await self._cancel_run(agent_session_id)
         else:
             # Streamed here: stopped now. Streamed by another replica: its next renewal stops it.
             self._leases.stops.stop(turn_id)
-        log.info("reply stop requested", extra={"message_id": message.id})
-        return StopAccepted(message_id=message.id)
+        log.info("reply stop requested", extra={"message_id": message_id})
+        return StopAccepted(message_id=message_id)
+
+    async def _streaming_reply(
+        self, user: AuthenticatedUser, conversation_id: str, message_id: str
+    ) -> tuple[str, str | None]:
+        """The turn of reply ``message_id`` still streaming, and its agent session for an agent reply.
+
+        An agent reply's row is written in the background once its first frames are out, so a stop
+        right after the first words may find no row yet: the turn's progress (stored with those
+        frames) names the reply then. Frames this replica has not committed yet are flushed first.
+        """
+        for flushed in (False, True):
+            async with unit_of_work(self._sessionmaker) as session:
+                await get_owned_conversation(session, user, conversation_id)
+                message = await MessageRepository(session).get(message_id) if len(message_id) <= 64 else None
+                if message is not None and message.conversation_id == conversation_id:
+                    return _stoppable(message)
+                turn = await TurnRepository(session).of_reply(conversation_id, message_id)
+                if turn is not None:
+                    if turn.status != TurnStatus.RUNNING.value:
+                        raise Conflict(NOT_STREAMING)
+                    return turn.id, turn.agent_session_id
+            if not flushed:
+                await self._flush_frames()
+        raise NotFound("message not found")
 
     async def _cancel_run(self, agent_session_id: str) -> None:
         try:
@@ -109,6 +130,17 @@ class ReplyControl:
         elif not await turns.reopen(user_message.id, owner_id=self._leases.replica_id,
                                     lease_expires_at=self._leases.expires_at()):
             raise Conflict("a reply is still streaming in this conversation")
+
+
+def _stoppable(message: Message) -> tuple[str, str | None]:
+    metadata = message.agent_metadata or {}
+    turn_id = metadata.get("in_reply_to")
+    if message.role != MessageRole.ASSISTANT.value or message.status != MessageStatus.STREAMING.value:
+        raise Conflict(NOT_STREAMING)
+    if not isinstance(turn_id, str):
+        raise Conflict(NOT_STREAMING)
+    agent = metadata.get("path") == "agent" and message.agent_session_id
+    return turn_id, message.agent_session_id if agent else None
 
 
 async def _message_of(session: AsyncSession, conversation_id: str, message_id: str) -> Message:

@@ -21,6 +21,12 @@ class TurnRepository(Repository):
     async def get(self, turn_id: str) -> Turn | None:
         return await self.session.get(Turn, turn_id)
 
+    async def of_reply(self, conversation_id: str, message_id: str) -> Turn | None:
+        """The turn whose reply is ``message_id`` (its assistant message)."""
+        return await self.session.scalar(
+            select(Turn).where(Turn.conversation_id == conversation_id, Turn.assistant_message_id == message_id)
+        )
+
     async def set_direct_reply(self, turn_id: str, message_id: str) -> None:
         await self.session.execute(
             update(Turn).where(Turn.id == turn_id)
