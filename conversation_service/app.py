@@ -16,6 +16,7 @@ from conversation_service.interactions.router import router as agent_router
 from conversation_service.lifespan import lifespan
 from conversation_service.memory.router import router as memory_router
 from conversation_service.messages.router import router as messages_router
+from conversation_service.reply_control.router import router as reply_control_router
 from conversation_service.settings import ConversationSettings
 from conversation_service.websocket.router import router as ws_router
 from shared.api_docs import install_api_docs
@@ -48,6 +49,7 @@ def create_app(settings: ConversationSettings | None = None) -> FastAPI:
     app.include_router(health_router)
     app.include_router(conversations_router)
     app.include_router(messages_router)
+    app.include_router(reply_control_router)
     app.include_router(agent_router)
     app.include_router(memory_router)
     app.include_router(ws_router)

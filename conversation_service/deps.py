@@ -25,6 +25,7 @@ from conversation_service.interactions.service import AnswerService
 from conversation_service.lifespan import AgentParts, Realtime, Storage
 from conversation_service.messages.service import MessageService
 from conversation_service.metrics import ConversationMetrics
+from conversation_service.reply_control.service import ReplyControl
 from conversation_service.settings import ConversationSettings
 
 
@@ -60,6 +61,10 @@ async def _dead_letters(conn: HTTPConnection) -> DeadLetterReplayer:
     return conn.app.state.dead_letters
 
 
+async def _reply_control(conn: HTTPConnection) -> ReplyControl:
+    return conn.app.state.reply_control
+
+
 async def _agent_client(conn: HTTPConnection) -> AgentServiceClient:
     return conn.app.state.agent_client
 
@@ -73,6 +78,7 @@ MessageServiceDep = Annotated[MessageService, Depends(_messages)]
 AnswerServiceDep = Annotated[AnswerService, Depends(_answers)]
 DeadLetterReplayerDep = Annotated[DeadLetterReplayer, Depends(_dead_letters)]
 AgentClientDep = Annotated[AgentServiceClient, Depends(_agent_client)]
+ReplyControlDep = Annotated[ReplyControl, Depends(_reply_control)]
 
 
 async def get_session(storage: StorageDep) -> AsyncIterator[AsyncSession]:

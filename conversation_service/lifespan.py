@@ -39,6 +39,7 @@ from conversation_service.realtime.repository import FrameRepository
 from conversation_service.realtime.reservations import SeqReservations
 from conversation_service.realtime.seq import InProcessSeqAllocator, RedisSeqAllocator, SeqAllocator
 from conversation_service.realtime.writer import FrameWriter
+from conversation_service.reply_control.service import ReplyControl
 from conversation_service.resilience.breaker import BreakerState, CircuitBreaker
 from conversation_service.resilience.breaker_metrics import BreakerCollector
 from conversation_service.resilience.health import AgentHealthMonitor
@@ -108,15 +109,17 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 history_messages=settings.direct_history_messages,
                 system_prompt=settings.direct_llm_system_prompt, max_tokens=settings.direct_llm_max_tokens,
                 limiter=await stack.enter_async_context(build_rate_limits(settings)),
-                model=default_model(settings.llm, llm),
+                model=default_model(settings.llm, llm), stops=leases.stops,
             )
             agent = app.state.agent = await stack.enter_async_context(
                 build_agent(settings, storage, realtime, llm, client, replier, tasks, leases, metrics))
             app.state.dead_letters = DeadLetterReplayer(storage.sessionmaker, agent.delegation, tasks)
-            app.state.messages = MessageService(
+            messages = app.state.messages = MessageService(
                 storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages, leases,
                 max_chars=settings.max_message_chars,
             )
+            app.state.reply_control = ReplyControl(storage.sessionmaker, realtime.publisher, leases, messages, client,
+                                                   flush_frames=realtime.writer.flush)
             yield
 
     return run

@@ -46,7 +46,7 @@ class DirectReplyMetrics:
     def __init__(self, r: CollectorRegistry) -> None:
         self.replies = _labelled(Counter(
             "conversation_direct_replies_total", "Direct LLM replies, by outcome", ["outcome"], registry=r
-        ), "outcome", ("ok", "error", "rate_limited"))
+        ), "outcome", ("ok", "error", "rate_limited", "stopped"))
         self.first_chunk_seconds = Histogram(
             "conversation_direct_first_chunk_seconds", "From reply start to the first streamed chunk",
             buckets=_FIRST_CHUNK, registry=r,
@@ -94,9 +94,9 @@ class AgentMetrics:
     def __init__(self, r: CollectorRegistry) -> None:
         self.turns = _labelled(Counter(
             "conversation_agent_turns_total",
-            "Delegated messages by outcome (complete, ask_user, agent_error, interrupted, fallback, failed)",
+            "Delegated messages by outcome (complete, ask_user, agent_error, interrupted, fallback, failed, stopped)",
             ["outcome"], registry=r,
-        ), "outcome", ("complete", "ask_user", "agent_error", "interrupted", "fallback", "failed"))
+        ), "outcome", ("complete", "ask_user", "agent_error", "interrupted", "fallback", "failed", "stopped"))
         self.first_chunk_seconds = Histogram(
             "conversation_agent_first_chunk_seconds", "From delegation start to the first agent event received",
             buckets=_FIRST_CHUNK, registry=r,

@@ -22,7 +22,8 @@ Mapping (DESIGN §5):
     ASK_USER      -> message.completed (the question as text, for clients that know no agent.*)
                      + agent.ask_user; a pending interaction row; session AWAITING_USER
     COMPLETE      -> message.completed + agent.complete; the final message written once
-    ERROR         -> message.error + agent.error with a user-friendly text
+    ERROR         -> message.error + agent.error with a user-friendly text; ``CANCELLED`` (the user
+                     stopped the reply) -> message.completed with status ``stopped``, the text so far
 
 A client that ignores every ``agent.*`` frame still sees a complete message for each turn.
 
@@ -90,6 +91,8 @@ USER_ERROR_TEXT = {
     "INTERRUPTED": "The agent was interrupted by a restart. Please send your message again.",
     "QUESTION_EXPIRED": "Agent question expired, starting fresh conversation",
 }
+# The run's ERROR code when it was cancelled: on this side, only the user's stop cancels runs.
+CANCELLED = "CANCELLED"
 DEFAULT_USER_ERROR = "The agent ran into a problem and could not answer. Please try again."
 # Tool results shown on the live stream are previews; the agent has the full result.
 RESULT_PREVIEW_CHARS = 500
@@ -100,6 +103,7 @@ class TurnOutcomeKind(StrEnum):
     ASK_USER = "ask_user"
     AGENT_ERROR = "agent_error"  # the agent answered with an ERROR event
     INTERRUPTED = "interrupted"  # the stream failed (transport, protocol, timeout) mid-turn
+    STOPPED = "stopped"  # the user stopped the reply: the run ended ERROR CANCELLED
 
 
 @dataclass
@@ -360,12 +364,35 @@ class AgentEventProcessor:
                            question_id=data.question_id)
 
     async def _agent_error(self, state: _TurnState, data: ErrorData) -> TurnOutcome:
+        if data.code == CANCELLED:
+            return await self._stopped(state)
         text = USER_ERROR_TEXT.get(data.code, DEFAULT_USER_ERROR)
         if data.retry_after_s is not None:
             text = f"{text.removesuffix(' Please try again later.')} Please try again in {math.ceil(data.retry_after_s)} s."
         await self.fail(state.turn, state, code=data.code, text=text, retryable=data.retryable)
         return TurnOutcome(TurnOutcomeKind.AGENT_ERROR, content="".join(state.parts), last_seq=state.last_seq,
                            error_code=data.code)
+
+    async def _stopped(self, state: _TurnState) -> TurnOutcome:
+        """The run was cancelled (the user's stop): the reply ends ``stopped`` with its text so far,
+        not as a failure. The conversation's agent session ends with it: the next message starts
+        afresh rather than continuing a run the user broke off."""
+        turn = state.turn
+        content = "".join(state.parts)
+        await self._finish_message(state, content, MessageStatus.STOPPED.value, state.metadata(stopped=True))
+        async with unit_of_work(self._sessionmaker) as session:
+            sessions = AgentSessionRepository(session)
+            await sessions.update_status(
+                turn.session_row_id, AgentSessionStatus.COMPLETED,
+                expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER],
+            )
+            await sessions.advance_event_seq(turn.session_row_id, state.last_seq or 0)
+            await ConversationRepository(session).set_agent_status(turn.conversation.id, None)
+        await self._publisher.emit(
+            turn.conversation.id, FrameType.MESSAGE_COMPLETED,
+            {"message_id": turn.message_id, "content": content, "status": MessageStatus.STOPPED.value}, boundary=True,
+        )
+        return TurnOutcome(TurnOutcomeKind.STOPPED, content=content, last_seq=state.last_seq, error_code=CANCELLED)
 
     async def _interrupted(self, state: _TurnState, error: BaseException | None) -> TurnOutcome:
         if isinstance(error, AgentServiceError):
@@ -394,7 +421,8 @@ class AgentEventProcessor:
             await ConversationRepository(session).set_agent_status(turn.conversation.id, None)
         cid = turn.conversation.id
         await self._publisher.emit(
-            cid, FrameType.MESSAGE_ERROR, {"message_id": turn.message_id, "code": code, "text": text, "content": content}
+            cid, FrameType.MESSAGE_ERROR,
+            {"message_id": turn.message_id, "code": code, "text": text, "content": content, "retryable": retryable},
         )
         await self._publisher.emit(
             cid, FrameType.AGENT_ERROR,

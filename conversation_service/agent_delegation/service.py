@@ -224,9 +224,9 @@ class AgentDelegation:
                                   code="circuit_open", detail="circuit breaker open", payload=None, attempts=0)
             return "fallback"
 
-        # One key per user message: a retry, or the same message delegated again after a restart,
-        # joins the run the first try started instead of starting a second one.
-        stream = self._client.execute_agent(execute, idempotency_key=f"msg-{user_message.id}")
+        # One key per user message (and regeneration of its answer): a retry, or the same message
+        # delegated again after a restart, joins the run the first try started instead of a second.
+        stream = self._client.execute_agent(execute, idempotency_key=run_key(user_message))
         try:
             await stream.start()
         except AgentServiceError as error:
@@ -440,6 +440,13 @@ class AgentDelegation:
             self._metrics.retries["retry"].inc(stream.retries)
         if stream.reconnects:
             self._metrics.retries["reconnect"].inc(stream.reconnects)
+
+
+def run_key(user_message: Message) -> str:
+    """The Idempotency-Key of the agent run answering ``user_message``: ``msg-<id>``, and for the
+    n-th regenerated answer ``msg-<id>-<n>`` (a new run, where the first key would join the old one)."""
+    attempt = (user_message.agent_metadata or {}).get("attempt", 0)
+    return f"msg-{user_message.id}-{attempt}" if attempt else f"msg-{user_message.id}"
 
 
 async def _settle_opening(opened: asyncio.Task) -> None:

@@ -17,6 +17,8 @@ on what its stored frames had shown when the owner died:
   replacing that text silently is worse than saying it broke. The message ends ``error`` with the
   text shown so far and a ``message.error`` (``reply_interrupted``, retryable) the page offers a
   retry for;
+- a direct reply the user had asked to stop: it ends ``stopped`` with the text shown so far (an
+  agent reply's stop went to the Agent Service, whose run ends CANCELLED: resuming it ends it so);
 - a reply that had ended but whose turn was not marked done: its end frame is sent if the frame
   log lacks it, and the turn is done.
 """
@@ -112,6 +114,10 @@ class TurnTakeover:
         if reply is not None and reply.status != MessageStatus.STREAMING.value or ended is not None:
             await self._leases.hold(turn.id, self._settle(conversation, reply, ended))
             self._metrics.takeovers["settled"].inc()
+        elif turn.stop_requested_at is not None and turn.kind == TurnKind.DIRECT.value:
+            # The user stopped it before its owner died: it ends as they asked, not as a failure.
+            await self._leases.hold(turn.id, self._stop(turn, conversation, frames))
+            self._metrics.takeovers["settled"].inc()
         elif turn.takeovers > MAX_TAKEOVERS or turn.kind == TurnKind.DIRECT.value:
             await self._leases.hold(turn.id, self._fail(turn, conversation, user_message, frames))
             self._metrics.takeovers["failed"].inc()
@@ -188,11 +194,24 @@ class TurnTakeover:
             boundary=True,
         )
 
+    async def _stop(self, turn: Turn, conversation: Conversation, frames: list[Frame]) -> None:
+        """End a stopped direct reply whose owner died: ``stopped``, with the text the frame log shows."""
+        content = _shown_text(frames)
+        assert turn.assistant_message_id is not None  # a direct turn has its message
+        async with unit_of_work(self._sessionmaker) as session:
+            await MessageRepository(session).finish(turn.assistant_message_id, content=content,
+                                                    status=MessageStatus.STOPPED.value)
+        await self._publisher.emit(
+            conversation.id, FrameType.MESSAGE_COMPLETED,
+            {"message_id": turn.assistant_message_id, "content": content, "status": MessageStatus.STOPPED.value},
+            boundary=True,
+        )
+
     async def _settle(self, conversation: Conversation, reply: Message | None, ended: Frame | None) -> None:
         """The reply had ended; only its end frame may be missing from the log."""
         if ended is not None or reply is None:
             return
-        if reply.status == MessageStatus.COMPLETE.value:
+        if reply.status in (MessageStatus.COMPLETE.value, MessageStatus.STOPPED.value):
             data = {"message_id": reply.id, "content": reply.content, "status": reply.status}
             await self._publisher.emit(conversation.id, FrameType.MESSAGE_COMPLETED, data, boundary=True)
         else:

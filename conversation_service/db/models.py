@@ -3,7 +3,8 @@
 The schema is owned by the Alembic revisions in ``migrations/conversation``: ``c0001`` (chat:
 conversations, messages, conversation_frames), ``c0002`` (agent integration, which extends the
 chat schema without replacing it), ``c0003`` (crash safety: reserved frame seqs, leased turns),
-``c0004`` (dead-letter replays) and ``c0006`` (``conversations.deleted_at``). These models mirror
+``c0004`` (dead-letter replays), ``c0006`` (``conversations.deleted_at``) and ``c0007_reply_control``
+(stopped and replaced replies). These models mirror
 those revisions; a test compares them.
 
 Relationships are ``lazy="raise"``: a hidden lazy load would block the event loop on an async
@@ -98,6 +99,10 @@ class MessageStatus(StrEnum):
     COMPLETE = "complete"
     STREAMING = "streaming"
     ERROR = "error"
+    # c0007: the user stopped the reply (its text so far kept), or asked for another answer in its
+    # place (kept in the history, out of every prompt and off the page).
+    STOPPED = "stopped"
+    REPLACED = "replaced"
 
 
 class AgentSessionStatus(StrEnum):
@@ -326,6 +331,8 @@ class Turn(Base):
     # the agent's stream after it (written in the same transaction as the frames).
     last_agent_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     takeovers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # c0007: the user asked to stop the reply; the replica running it ends it as ``stopped``.
+    stop_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

@@ -3,7 +3,9 @@
 ``message.created`` (assistant message, status streaming), ``message.delta`` per chunk,
 ``message.completed`` with the full text. The message row is written twice in all: created, then
 its final content once; the chunks live only in the frames (group-committed). An LLM failure ends
-in a ``message.error`` frame and the message marked ``error``: never silence.
+in a ``message.error`` frame and the message marked ``error``: never silence. A stop by the user
+(``ReplyStops``) ends it ``stopped``, with the text streamed so far and a ``message.completed``
+whose ``status`` says so.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from conversation_service.metrics import DirectReplyMetrics
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.turns.repository import TurnRepository
+from conversation_service.turns.stops import ReplyStops
 from shared.fastpath.fair_share import fair_share
 from shared.llm.base import CompletionOptions, LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
 from shared.logging import conversation_id_var
@@ -50,7 +53,9 @@ class DirectLLMReplier:
         max_tokens: int,
         limiter: RateLimiter | None = None,
         model: str = "",
+        stops: ReplyStops | None = None,
     ) -> None:
+        self._stops = stops or ReplyStops()
         self._sessionmaker = sessionmaker
         self._provider = provider
         self._publisher = publisher
@@ -98,26 +103,42 @@ class DirectLLMReplier:
             await self._publisher.emit(
                 conversation_id, FrameType.MESSAGE_CREATED, MessageOut.model_validate(message).model_dump(mode="json")
             )
-            try:
-                await self._take_budget(conversation, message, prompt)
-            except RateLimited as exc:
-                text = f"{USER_FACING_RATE_LIMITED} Please try again in {math.ceil(exc.retry_after_s)} s."
-                return await self._fail(conversation_id, message, "", "rate_limited", text, outcome="rate_limited")
-            message = await self._stream(conversation_id, message, prompt)
+            parts: list[str] = []  # the text streamed so far: what a stop keeps
+            with self._stops.watch(user_message.id) as watch:
+                try:
+                    message = await self._answer(conversation, message, prompt, parts)
+                except asyncio.CancelledError:
+                    if not watch.stopping:
+                        raise  # a shutdown: the turn stays running, for a takeover
+                    current = asyncio.current_task()
+                    if current is not None:
+                        current.uncancel()
+                    return await self._stopped(conversation_id, message, "".join(parts))
             if self._limiter is not None and message.content:
                 await self._limiter.record_output(conversation.org_id, self._model, count_tokens(message.content))
             return message
         finally:
             conversation_id_var.reset(token)
 
-    async def _stream(self, conversation_id: str, message: Message, prompt: list[LLMMessage]) -> Message:
-        parts: list[str] = []
+    async def _answer(self, conversation: Conversation, message: Message, prompt: list[LLMMessage],
+                      parts: list[str]) -> Message:
+        try:
+            await self._take_budget(conversation, message, prompt)
+        except RateLimited as exc:
+            text = f"{USER_FACING_RATE_LIMITED} Please try again in {math.ceil(exc.retry_after_s)} s."
+            return await self._fail(conversation.id, message, "", "rate_limited", text, outcome="rate_limited")
+        return await self._stream(conversation.id, message, prompt, parts)
+
+    async def _stream(
+        self, conversation_id: str, message: Message, prompt: list[LLMMessage], parts: list[str]
+    ) -> Message:
         started = time.perf_counter()
         first = True
+        source = self._provider.stream(prompt, options=self._options)
         try:
             # Deltas of one network read come without a wait and each frame is written inside
             # emit: fair_share pauses between them, so other conversations are not held behind a burst.
-            async for event in fair_share(self._provider.stream(prompt, options=self._options)):
+            async for event in fair_share(source):
                 if isinstance(event, TextDelta) and event.text:
                     if first:
                         self._metrics.first_chunk_seconds.observe(time.perf_counter() - started)
@@ -135,6 +156,11 @@ class DirectLLMReplier:
             else:
                 log.warning("direct reply failed", extra={"message_id": message.id, "error_type": type(exc).__name__})
             return await self._fail(conversation_id, message, "".join(parts), code, USER_FACING_LLM_ERROR)
+        finally:
+            # A stop leaves the model's stream mid-answer: close its connection now, not at GC.
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
         content = "".join(parts)
         async with unit_of_work(self._sessionmaker) as session:
@@ -149,6 +175,21 @@ class DirectLLMReplier:
         message.content, message.status = content, MessageStatus.COMPLETE.value
         return message
 
+    async def _stopped(self, conversation_id: str, message: Message, content: str) -> Message:
+        """End the reply the user stopped: its text so far is the message, every client is told."""
+        async with unit_of_work(self._sessionmaker) as session:
+            await MessageRepository(session).finish(message.id, content=content, status=MessageStatus.STOPPED.value)
+        await self._publisher.emit(
+            conversation_id,
+            FrameType.MESSAGE_COMPLETED,
+            {"message_id": message.id, "content": content, "status": MessageStatus.STOPPED.value},
+            boundary=True,
+        )
+        self._metrics.replies["stopped"].inc()
+        log.info("direct reply stopped by the user", extra={"message_id": message.id})
+        message.content, message.status = content, MessageStatus.STOPPED.value
+        return message
+
     async def _fail(
         self, conversation_id: str, message: Message, content: str, code: str, text: str, *, outcome: str = "error",
     ) -> Message:
@@ -158,7 +199,8 @@ class DirectLLMReplier:
         await self._publisher.emit(
             conversation_id,
             FrameType.MESSAGE_ERROR,
-            {"message_id": message.id, "code": code, "text": text, "content": content},
+            # A direct reply that failed may be asked for again (Retry); a rate limit after its wait.
+            {"message_id": message.id, "code": code, "text": text, "content": content, "retryable": True},
             boundary=True,
         )
         self._metrics.replies[outcome].inc()

@@ -2,10 +2,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 
 from conversation_service.db.models import Message, MessageStatus
 from conversation_service.db.repository import Repository
+
+# The messages a prompt's history is made of: the finished ones, and a reply the user stopped, whose
+# text so far they kept (a later "go on" continues it). Replaced and failed replies never are.
+IN_PROMPTS = or_(
+    Message.status == MessageStatus.COMPLETE.value,
+    and_(Message.status == MessageStatus.STOPPED.value, Message.content != ""),
+)
 
 
 class MessageRepository(Repository):
@@ -56,14 +63,24 @@ class MessageRepository(Repository):
         return list(result.scalars())
 
     async def recent_complete(self, conversation_id: str, limit: int) -> list[Message]:
-        """The last ``limit`` finished messages, oldest first: the direct path's prompt history."""
+        """The last ``limit`` messages of prompts (``IN_PROMPTS``), oldest first: the direct path's history."""
         result = await self.session.execute(
             select(Message)
-            .where(Message.conversation_id == conversation_id, Message.status == MessageStatus.COMPLETE.value)
+            .where(Message.conversation_id == conversation_id, IN_PROMPTS)
             .order_by(Message.created_at.desc(), Message.id.desc())
             .limit(limit)
         )
         return list(reversed(result.scalars().all()))
+
+    async def last_shown(self, conversation_id: str) -> Message | None:
+        """The conversation's newest message that is not replaced: what the page shows last."""
+        result = await self.session.execute(
+            select(Message)
+            .where(Message.conversation_id == conversation_id, Message.status != MessageStatus.REPLACED.value)
+            .order_by(Message.created_at.desc(), Message.id.desc())
+            .limit(1)
+        )
+        return result.scalar_one_or_none()
 
     async def finish(self, message_id: str, *, content: str, status: str, agent_metadata: dict[str, Any] | None = None) -> None:
         values: dict[str, Any] = {"content": content, "status": status}
@@ -81,7 +98,7 @@ class MessageRepository(Repository):
             select(Message)
             .where(
                 Message.conversation_id == message.conversation_id,
-                Message.status == MessageStatus.COMPLETE.value,
+                IN_PROMPTS,
                 Message.id != message.id,
                 Message.created_at <= message.created_at,
             )

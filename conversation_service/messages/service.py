@@ -70,11 +70,7 @@ class MessageService:
         conversation, message = stored
         # Committed before any reply work starts, so the reply's history read includes it.
         await self._publisher.emit(conversation_id, FrameType.MESSAGE_CREATED, message_frame_data(message))
-        route = await self._dispatch(conversation, message)
-        metadata = {**(message.agent_metadata or {}), "route": route}
-        async with unit_of_work(self._sessionmaker) as session:
-            await MessageRepository(session).set_agent_metadata(message.id, metadata)
-        message.agent_metadata = metadata
+        route = await self.reply_to(conversation, message)
         self._metrics.posted[route["target"]].inc()
         log.info("message accepted", extra={"message_id": message.id, "route_target": route["target"],
                                             "route_reason": route["reason"], "chars": len(content)})
@@ -112,6 +108,16 @@ class MessageService:
             raise NotFound("conversation not found")
         self._metrics.deduplicated.inc()
         return _accepted(existing, duplicate=True)
+
+    async def reply_to(self, conversation: Conversation, message: Message) -> dict[str, str]:
+        """Start the reply to a stored user message whose turn is open; its routing decision is
+        recorded on the message (as the 202 shows it) and returned."""
+        route = await self._dispatch(conversation, message)
+        metadata = {**(message.agent_metadata or {}), "route": route}
+        async with unit_of_work(self._sessionmaker) as session:
+            await MessageRepository(session).set_agent_metadata(message.id, metadata)
+        message.agent_metadata = metadata
+        return route
 
     async def _dispatch(self, conversation: Conversation, message: Message) -> dict[str, str]:
         try:

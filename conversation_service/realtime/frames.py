@@ -28,6 +28,9 @@ class FrameType:
     AGENT_ERROR = "agent.error"
     # The agent waits for room in a rate limit: reason, wait_s and until (when it carries on).
     AGENT_WAITING = "agent.waiting"
+    # The user asked for another answer in place of this one (regenerate, retry): pages drop it;
+    # it stays in the stored history as ``replaced``. The new answer follows as a new message.
+    MESSAGE_REPLACED = "message.replaced"
     NOTICE = "notice"
     # The owner deleted the conversation: its other open pages close it.
     CONVERSATION_DELETED = "conversation.deleted"

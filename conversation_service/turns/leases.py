@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from conversation_service.db.models import utcnow
 from conversation_service.db.repository import unit_of_work
 from conversation_service.turns.repository import TurnRepository
+from conversation_service.turns.stops import ReplyStops
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class TurnLeases:
         self.lease = timedelta(seconds=lease_s)
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:12]}"
         self.held: set[str] = set()  # turns whose reply runs in this process now
+        self.stops = ReplyStops()  # the replies of those that a stop request ends here
 
     def expires_at(self, now: datetime | None = None) -> datetime:
         return (now or utcnow()) + self.lease
@@ -68,12 +70,23 @@ class TurnLeases:
         async with unit_of_work(self._sessionmaker) as session:
             await TurnRepository(session).finish(turn_id)
 
+    async def request_stop(self, turn_id: str) -> bool:
+        """Store the user's stop of a running turn (any replica sees it); False when it is not running."""
+        async with unit_of_work(self._sessionmaker) as session:
+            return await TurnRepository(session).request_stop(turn_id, utcnow())
+
     async def renew(self) -> None:
-        """The periodic renewal: one UPDATE for every turn this process runs."""
+        """The periodic renewal: one UPDATE for every turn this process runs. It also picks up the
+        stop requests another replica stored for them (the user's stop reached that one)."""
         if not self.held:
             return
+        held = tuple(self.held)
         async with unit_of_work(self._sessionmaker) as session:
-            owned = await TurnRepository(session).renew(self.replica_id, tuple(self.held), self.expires_at())
+            turns = TurnRepository(session)
+            owned = await turns.renew(self.replica_id, held, self.expires_at())
+            to_stop = await turns.stop_requested(self.replica_id, held)
+        for turn_id in to_stop:
+            self.stops.stop(turn_id)
         if owned < len(self.held):
             # Another replica took some over (this one was too slow to renew): say so; the user may
             # see that reply twice.

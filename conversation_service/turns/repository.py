@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from conversation_service.db.models import Turn, TurnKind, TurnStatus, utcnow
 from conversation_service.db.repository import Repository
@@ -21,6 +21,12 @@ class TurnRepository(Repository):
     async def get(self, turn_id: str) -> Turn | None:
         return await self.session.get(Turn, turn_id)
 
+    async def of_reply(self, conversation_id: str, message_id: str) -> Turn | None:
+        """The turn whose reply is ``message_id`` (its assistant message)."""
+        return await self.session.scalar(
+            select(Turn).where(Turn.conversation_id == conversation_id, Turn.assistant_message_id == message_id)
+        )
+
     async def set_direct_reply(self, turn_id: str, message_id: str) -> None:
         await self.session.execute(
             update(Turn).where(Turn.id == turn_id)
@@ -32,6 +38,44 @@ class TurnRepository(Repository):
             update(Turn).where(Turn.id == turn_id)
             .values(status=TurnStatus.DONE.value, owner_id=None, lease_expires_at=None, updated_at=utcnow())
         )
+
+    async def request_stop(self, turn_id: str, now: datetime) -> bool:
+        """Flag a running turn's reply to be stopped; False when the turn is not running. A second
+        request keeps the first one's time."""
+        result = await self.session.execute(
+            update(Turn).where(Turn.id == turn_id, Turn.status == TurnStatus.RUNNING.value)
+            .values(stop_requested_at=func.coalesce(Turn.stop_requested_at, now), updated_at=now)
+        )
+        return bool(result.rowcount)
+
+    async def stop_requested(self, owner_id: str, turn_ids: Collection[str]) -> list[str]:
+        """Which of this owner's running turns among ``turn_ids`` the user asked to stop."""
+        result = await self.session.scalars(
+            select(Turn.id).where(Turn.id.in_(list(turn_ids)), Turn.owner_id == owner_id,
+                                  Turn.status == TurnStatus.RUNNING.value, Turn.stop_requested_at.is_not(None))
+        )
+        return list(result.all())
+
+    async def running_in(self, conversation_id: str) -> bool:
+        """Whether a reply of the conversation is under way."""
+        found = await self.session.scalar(
+            select(Turn.id).where(Turn.conversation_id == conversation_id, Turn.status == TurnStatus.RUNNING.value)
+            .limit(1)
+        )
+        return found is not None
+
+    async def reopen(self, turn_id: str, *, owner_id: str, lease_expires_at: datetime) -> bool:
+        """A done turn runs again, for a new reply to the same message (regenerate): owned by
+        ``owner_id``, with nothing of the earlier reply. False when it is not done (a concurrent
+        regenerate won, or the reply still runs)."""
+        now = utcnow()
+        result = await self.session.execute(
+            update(Turn).where(Turn.id == turn_id, Turn.status == TurnStatus.DONE.value)
+            .values(status=TurnStatus.RUNNING.value, owner_id=owner_id, lease_expires_at=lease_expires_at,
+                    kind=None, assistant_message_id=None, agent_session_id=None, agent_session_row_id=None,
+                    last_agent_seq=0, takeovers=0, stop_requested_at=None, updated_at=now)
+        )
+        return bool(result.rowcount)
 
     async def renew(self, owner_id: str, turn_ids: Collection[str], lease_expires_at: datetime) -> int:
         """Extend this owner's running turns among ``turn_ids``; how many it still owns."""

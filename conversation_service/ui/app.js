@@ -47,6 +47,7 @@ const state = {
   socket: null,
   generation: 0,       // bumps on every open(), so a slow load for an older choice is dropped
   sending: false,
+  streaming: null,     // the id of the reply streaming now: the Stop button (in place of Send) stops it
   draft: null,         // {text, id}: a failed send retried with the same text keeps its client_message_id
 };
 
@@ -91,7 +92,8 @@ const typing = {
   stop() { $("typing").hidden = true; },
   frame(frame) {
     const own = frame.type === "message.created" && frame.data && frame.data.role === "user";
-    if (!own && frame.type !== "notice") this.stop();
+    // The old answer leaving the page (regenerate, retry) is not the new one beginning either.
+    if (!own && frame.type !== "notice" && frame.type !== "message.replaced") this.stop();
   },
 };
 
@@ -110,6 +112,21 @@ const chat = new ChatView({
     }
   },
   notice: (data) => banner(typeof data.text === "string" ? data.text : "", "notice"),
+  regenerate: async (messageId) => {
+    const conversationId = state.current;
+    if (!conversationId) return;
+    typing.start();
+    try {
+      await api("POST", `/conversations/${encodeURIComponent(conversationId)}/messages/${encodeURIComponent(messageId)}/regenerate`);
+    } catch (err) {
+      typing.stop();
+      reportError(err);
+    }
+  },
+  replyState: (messageId) => {
+    state.streaming = messageId;
+    updateComposer();
+  },
 });
 
 // ---- sign-in --------------------------------------------------------------------------------
@@ -322,7 +339,26 @@ function updateComposer() {
   const ready = Boolean(state.current && token());
   $("content").disabled = !ready;
   $("send").disabled = !ready || state.sending || !$("content").value.trim();
+  const stoppable = Boolean(ready && state.streaming);
+  const moveFocus = document.activeElement === (stoppable ? $("send") : $("stop"));
+  $("send").hidden = stoppable;
+  $("stop").hidden = !stoppable;
+  if (moveFocus) (stoppable ? $("stop") : $("send")).focus();
 }
+
+$("stop").addEventListener("click", async () => {
+  const conversationId = state.current;
+  const messageId = state.streaming;
+  if (!conversationId || !messageId) return;
+  $("stop").disabled = true;
+  try {
+    await api("POST", `/conversations/${encodeURIComponent(conversationId)}/messages/${encodeURIComponent(messageId)}/stop`);
+  } catch (err) {
+    if (err.status !== 409) reportError(err);  // 409: the reply ended meanwhile, nothing to stop
+  } finally {
+    $("stop").disabled = false;
+  }
+});
 
 function fitComposer() {
   // The box grows with its text up to the CSS max-height, then scrolls.

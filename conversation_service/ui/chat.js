@@ -10,12 +10,15 @@ const EXPIRED = "This question expired. Send a new message to start again.";
 
 export class ChatView {
   // list: <ol> of messages; status: {set(text, busy)}; answer(questionId, text, approved): Promise;
-  // notice(data): shows a banner.
-  constructor({ list, status, answer, notice }) {
+  // notice(data): shows a banner; regenerate(messageId): asks for another answer (Regenerate,
+  // Retry); replyState(messageId|null): the reply streaming now, which the Stop button stops.
+  constructor({ list, status, answer, notice, regenerate, replyState }) {
     this.list = list;
     this.status = status;
     this.answer = answer;
     this.notice = notice;
+    this.regenerate = regenerate || (() => {});
+    this.replyState = replyState || (() => {});
     this.messages = new Map();
     this.cards = new Map();
     this.decisions = new Set();  // ids of approval answers shown on their card instead of as a message
@@ -32,6 +35,7 @@ export class ChatView {
     this.askedIn.clear();
     this.list.replaceChildren();
     this.status.set("");
+    this.replyState(null);
   }
 
   nearBottom() {
@@ -48,6 +52,7 @@ export class ChatView {
     let view = this.messages.get(id);
     if (!view) {
       view = new MessageView(id, role);
+      view.onControl = (kind, messageId) => this.regenerate(messageId, kind);
       this.messages.set(id, view);
       this.list.append(view.li);
     }
@@ -57,6 +62,7 @@ export class ChatView {
   // A message row from the history or a message.created frame; idempotent by id.
   upsert(msg) {
     if (!msg || typeof msg.id !== "string" || this.decisions.has(msg.id)) return;
+    if (msg.status === "replaced") { this.remove(msg.id); return; }  // another answer took its place
     const meta = msg.agent_metadata && typeof msg.agent_metadata === "object" ? msg.agent_metadata : {};
     const card = typeof meta.answer_to === "string" ? this.cards.get(meta.answer_to) : null;
     if (card) {
@@ -98,8 +104,43 @@ export class ChatView {
     } else if (status === "error") {
       view.fail("The reply failed.", msg.content);
     } else {
-      view.finish(msg.content || "", "complete");
+      view.finish(msg.content || "", status === "stopped" ? "stopped" : "complete");
     }
+  }
+
+  // A reply replaced by another answer (regenerate, retry) leaves the page.
+  remove(id) {
+    const view = this.messages.get(id);
+    if (!view) return;
+    view.li.remove();
+    this.messages.delete(id);
+  }
+
+  // The reply still streaming, if any: the newest assistant message whose status says so.
+  streamingReply() {
+    const views = [...this.messages.values()];
+    for (let i = views.length - 1; i >= 0; i--) {
+      if (views[i].role === "assistant" && views[i].li.dataset.status === "streaming") return views[i];
+    }
+    return null;
+  }
+
+  // Regenerate on the conversation's last answer, Retry on it when it failed (and may be retried);
+  // none while a reply streams. The page learns which reply the Stop button stops.
+  refreshControls() {
+    const streaming = this.streamingReply();
+    const items = this.list.querySelectorAll(":scope > li.msg");
+    const lastId = items.length ? items[items.length - 1].dataset.messageId : null;
+    for (const view of this.messages.values()) {
+      const status = view.li.dataset.status;
+      const own = !streaming && view.id === lastId && view.role === "assistant" && view.final
+        && !view.id.startsWith("agent-error-");
+      let kind = null;
+      if (own && status === "error") kind = view.retryable ? "retry" : null;
+      else if (own) kind = "regenerate";
+      view.setControl(kind);
+    }
+    this.replyState(streaming ? streaming.id : null);
   }
 
   // A new agent turn began: whatever the agent asked before is settled. A message typed in the
@@ -137,6 +178,7 @@ export class ChatView {
       }
     }
     if (pendingId) this.status.set("The agent is waiting for your answer.");
+    this.refreshControls();
     this.list.scrollTop = this.list.scrollHeight;
   }
 
@@ -167,12 +209,16 @@ export class ChatView {
         this.status.set("");
         break;
       case "message.completed":
-        view()?.finish(d.content, "complete");
+        // status "stopped": the user stopped the reply; its text so far is the message.
+        view()?.finish(d.content, d.status === "stopped" ? "stopped" : "complete");
         this.status.set("");
         break;
       case "message.error":
-        view()?.fail(d.text, d.content);
+        view()?.fail(d.text, d.content, d.retryable);
         this.status.set("");
+        break;
+      case "message.replaced":
+        if (typeof d.message_id === "string") this.remove(d.message_id);
         break;
       case "agent.thinking":
         view()?.thought(d.text);
@@ -218,6 +264,9 @@ export class ChatView {
       default:
         break;  // frame types this page does not know yet are ignored
     }
+    // Only the frames that start, end or remove a message change which controls show.
+    const type = String(frame.type);
+    if (type === "agent.error" || (type.startsWith("message.") && type !== "message.delta")) this.refreshControls();
     this.follow(wasNear);
   }
 }

@@ -105,10 +105,33 @@ export class MessageView {
     this.body = el("div", this.role === "user" ? "body plain" : "body");
     this.errorLine = el("div", "error-text");
     this.errorLine.hidden = true;
+    this.stoppedLine = el("div", "stopped-text", "Stopped");
+    this.stoppedLine.hidden = true;
     this.actions = el("div", "msg-actions");
     this.actions.append(copyButton("copy-answer", "Copy answer", () => this.text));
     this.actions.hidden = true;
-    this.li.append(meta, this.thinking, this.toolList, this.body, this.errorLine, this.actions);
+    // Regenerate (the last answer) or Retry (the last answer, failed): one button, set by the chat.
+    this.control = null;
+    this.onControl = null;   // (kind, messageId) => void
+    this.retryable = true;   // a failed reply may be retried unless its error said otherwise
+    this.controls = el("div", "msg-controls");
+    this.controls.hidden = true;
+    this.li.append(meta, this.thinking, this.toolList, this.body, this.errorLine, this.stoppedLine, this.actions,
+                   this.controls);
+  }
+
+  // kind: "regenerate", "retry" or null (none).
+  setControl(kind) {
+    if (kind === this.control) return;
+    this.control = kind;
+    this.controls.replaceChildren();
+    this.controls.hidden = !kind;
+    if (!kind) return;
+    const label = kind === "retry" ? "Retry" : "Regenerate";
+    const aria = kind === "retry" ? "Retry this reply" : "Regenerate this answer";
+    const node = button(`${kind} link`, label, () => { if (this.onControl) this.onControl(kind, this.id); });
+    node.setAttribute("aria-label", aria);
+    this.controls.append(node);
   }
 
   // Answers of the agent are labelled as its own; direct answers of the model as the assistant's.
@@ -129,6 +152,8 @@ export class MessageView {
     this.li.dataset.status = status;
     this.li.classList.toggle("streaming", status === "streaming");
     this.li.classList.toggle("error", status === "error");
+    this.li.classList.toggle("stopped", status === "stopped");
+    this.stoppedLine.hidden = status !== "stopped";
     if (status === "streaming") this.li.setAttribute("aria-live", "polite");
     else this.li.removeAttribute("aria-live");
   }
@@ -168,7 +193,8 @@ export class MessageView {
     this.render();
   }
 
-  fail(text, content) {
+  fail(text, content, retryable) {
+    if (retryable === false) this.retryable = false;
     this.errorLine.textContent = text || "The reply failed.";
     this.errorLine.hidden = false;
     this.finish(typeof content === "string" && content ? content : this.text, "error");

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from conversation_service.db import migrate
 from conversation_service.db.models import Base
@@ -13,9 +15,10 @@ from shared.db import create_engine
 CHAT = {"conversations", "messages", "conversation_frames"}
 AGENT = {"conversation_agent_sessions", "pending_interactions", "dead_letters", "conversation_summaries"}
 TURNS = {"turns"}
-HEAD = "c0006"
+HEAD = "c0007_reply_control"
 # Columns each revision after c0002 adds, newest first: a downgrade past it removes them.
 ADDED_COLUMNS = [
+    ("c0007_reply_control", "turns", {"stop_requested_at"}),
     ("c0006", "conversations", {"deleted_at"}),
     ("c0004_dead_letter_replays", "dead_letters", {"replayed_at", "replay_outcome", "replay_detail"}),
     ("c0003", "conversations", {"seq_reserved"}),
@@ -23,8 +26,12 @@ ADDED_COLUMNS = [
 
 
 async def _columns(engine, table: str) -> set[str]:
+    def read(c) -> set[str]:
+        inspector = inspect(c)
+        return {col["name"] for col in inspector.get_columns(table)} if inspector.has_table(table) else set()
+
     async with engine.connect() as conn:
-        return await conn.run_sync(lambda c: {col["name"] for col in inspect(c).get_columns(table)})
+        return await conn.run_sync(read)
 
 
 async def _added_columns_present(engine) -> list[bool]:
@@ -56,5 +63,47 @@ async def test_upgrade_downgrade_upgrade(database_url: str) -> None:
         await migrate.upgrade(engine)
         assert await migrate.current_revision(engine) == HEAD
         assert all(await _added_columns_present(engine))
+    finally:
+        await engine.dispose()
+
+
+async def _insert_message(engine, message_id: str, status: str, role: str = "assistant") -> None:
+    async with engine.begin() as conn:
+        await conn.execute(text(
+            "INSERT INTO messages (id, conversation_id, role, content, status, created_at)"
+            " VALUES (:id, 'c1', :role, 'so far', :status, CURRENT_TIMESTAMP)"
+        ), {"id": message_id, "status": status, "role": role})
+
+
+async def _statuses(engine) -> dict[str, str]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(text("SELECT id, status FROM messages"))
+        return {row.id: row.status for row in rows}
+
+
+async def test_c0007_message_statuses_keep_their_check(database_url: str) -> None:
+    """c0007 widens the status check to stopped and replaced, still refusing anything else; its
+    downgrade turns them into statuses the older schema knows."""
+    engine = create_engine(database_url)
+    try:
+        await migrate.upgrade(engine)
+        async with engine.begin() as conn:
+            await conn.execute(text(
+                "INSERT INTO conversations (id, owner_id, title, created_at, updated_at, last_seq, seq_reserved)"
+                " VALUES ('c1', 'alice', '', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 0, 0)"
+            ))
+        await _insert_message(engine, "m-stopped", "stopped")
+        await _insert_message(engine, "m-replaced", "replaced")
+        with pytest.raises(IntegrityError):
+            await _insert_message(engine, "m-bogus", "bogus")
+        with pytest.raises(IntegrityError):  # the table's other checks are kept
+            await _insert_message(engine, "m-robot", "complete", role="robot")
+
+        await migrate.downgrade(engine, "c0006")
+        assert await _statuses(engine) == {"m-stopped": "complete", "m-replaced": "error"}
+        with pytest.raises(IntegrityError):
+            await _insert_message(engine, "m-stopped-again", "stopped")
+        await migrate.upgrade(engine)
+        await _insert_message(engine, "m-stopped-again", "stopped")
     finally:
         await engine.dispose()

@@ -440,7 +440,7 @@ async def test_agent_error_shows_a_user_friendly_text(bed: Bed, code: str, expec
     assert bed.log.types[-2:] == [FrameType.MESSAGE_ERROR, FrameType.AGENT_ERROR]
     message_error, agent_error = bed.log.frames[-2:]
     assert message_error.data == {"message_id": bed.message_id, "code": code, "text": expected,
-                                  "content": "Partial answer"}
+                                  "content": "Partial answer", "retryable": True}
     assert agent_error.data == {"message_id": bed.message_id, "code": code, "message": expected, "retryable": True}
     assert all(raw not in str(f.data) and "Traceback" not in str(f.data) for f in bed.log.frames)
 
@@ -448,6 +448,24 @@ async def test_agent_error_shows_a_user_friendly_text(bed: Bed, code: str, expec
     assert message.status == MessageStatus.ERROR.value and message.content == "Partial answer"
     assert message.agent_metadata["error"] == {"code": code}
     assert (await bed.session_row()).status == AgentSessionStatus.FAILED.value
+    assert await bed.agent_status() is None
+
+
+async def test_a_cancelled_run_ends_the_reply_stopped_not_failed(bed: Bed) -> None:
+    """The user's stop cancels the run: its ERROR CANCELLED ends the message ``stopped`` with the
+    text so far, for every client, and no error reaches the page."""
+    events = numbered([chunk("Partial "), chunk("answer"),
+                       (EventType.ERROR, {"code": "CANCELLED", "message": "the run was cancelled", "retryable": False})])
+    outcome = await bed.processor().process(bed.turn(), stream_of(events))
+
+    assert outcome.kind is TurnOutcomeKind.STOPPED and outcome.content == "Partial answer"
+    assert bed.log.types[-1] == FrameType.MESSAGE_COMPLETED
+    assert bed.log.frames[-1].data == {"message_id": bed.message_id, "content": "Partial answer", "status": "stopped"}
+    assert not bed.log.of(FrameType.MESSAGE_ERROR) and not bed.log.of(FrameType.AGENT_ERROR)
+    message = await bed.message()
+    assert message.status == MessageStatus.STOPPED.value and message.content == "Partial answer"
+    assert message.agent_metadata["stopped"] is True
+    assert (await bed.session_row()).status == AgentSessionStatus.COMPLETED.value
     assert await bed.agent_status() is None
 
 
