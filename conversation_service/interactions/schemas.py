@@ -53,18 +53,9 @@ class AgentSessionOut(BaseModel):
     pending_question: PendingQuestionOut | None = None
 
 
-class AgentQuestionOut(BaseModel):
+class AgentQuestionOut(PendingQuestionOut):
     """One question (or tool approval) the agent asked in a conversation, and where it stands."""
 
-    model_config = ConfigDict(from_attributes=True)
-
-    question_id: str
-    question: str
-    kind: str
-    tool: str | None = None
-    args: dict[str, Any] | None = None
-    asked_at: datetime
-    expires_at: datetime
     # PENDING (waiting for its answer), ANSWERED, or EXPIRED (also a pending one past its expiry
     # that the cleanup job has not marked yet: it can no longer be answered).
     status: str
