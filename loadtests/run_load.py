@@ -133,6 +133,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     results["stats"] = _read_stats(prefix)
     results["failures"] = _read_failures(prefix)
     results["memory"] = {name: _memory(samples) for name, samples in rss.items()}
+    # The RSS curve itself, one point a minute, so "flat after warm-up" can be read, not only a slope.
+    results["memory_per_minute_mib"] = {
+        name: [round(rss_ / 2**20, 1) for t, rss_ in samples if int(t) % 60 < args.sample_s]
+        for name, samples in rss.items()
+    }
     print(output.decode(errors="replace")[-6000:])
     for row in results["stats"]:
         print(f"  {row['type']:5} {row['name']:34} n={row['requests']:6} err={row['error_rate']} "
