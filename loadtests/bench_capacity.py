@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,9 @@ async def level(
                             "p95": ms(percentile(first, 0.95)) if first else None},
         "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
         "cpu_s_per_10k_events": per10k,
+        # Cores each process kept busy; the load average says how much else the host was running.
+        "cpu_cores": {k: round(v / wall, 2) if wall else None for k, v in cpu.items()},
+        "load_average_1m_after": round(os.getloadavg()[0], 2),
         "passed": errors == 0 and p95 is not None and p95 < args.p95_limit_ms,
     }
 
