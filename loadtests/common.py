@@ -109,11 +109,34 @@ class Process:
             self.popen.wait()
 
 
-def fake_llm(log_dir: Path, *, tokens: int, ttft_ms: float, token_delay_ms: float, name: str = "fake_llm") -> Process:
+def fake_llm(
+    log_dir: Path, *, tokens: int, ttft_ms: float, token_delay_ms: float, name: str = "fake_llm", stamp: bool = False,
+) -> Process:
+    """The fake model; ``stamp``: each token's text is the time it was sent (``t<time.time()>``)."""
     return Process(
         name, ["-m", "tests.support.fake_openai", "--tokens", str(tokens), "--ttft-ms", str(ttft_ms),
-               "--token-delay-ms", str(token_delay_ms)], {}, log_dir,
+               "--token-delay-ms", str(token_delay_ms), *(["--stamp"] if stamp else [])], {}, log_dir,
     )
+
+
+def workers_args(workers: int) -> list[str]:
+    """``--workers N`` for a service's ``__main__``, only when more than one process is asked for."""
+    return ["--workers", str(workers)] if workers > 1 else []
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and every living descendant (a service's workers are
+    its children). A child that ended since the last reading is missed: compare readings of the
+    same, steady process tree."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def llm_env(llm: Process) -> dict[str, str]:
@@ -123,9 +146,11 @@ def llm_env(llm: Process) -> dict[str, str]:
     }
 
 
-def agent_process(log_dir: Path, llm: Process, database_url: str, log_level: str, name: str = "agent_service") -> Process:
+def agent_process(
+    log_dir: Path, llm: Process, database_url: str, log_level: str, name: str = "agent_service", workers: int = 1,
+) -> Process:
     return Process(
-        name, ["-m", "agent_service"],
+        name, ["-m", "agent_service", *workers_args(workers)],
         {
             **llm_env(llm),
             "AGENT_SERVICE_DATABASE_URL": database_url,
@@ -140,11 +165,13 @@ def agent_process(log_dir: Path, llm: Process, database_url: str, log_level: str
 
 
 def conversation_process(
-    log_dir: Path, llm: Process, agent: Process, database_url: str, log_level: str,
+    log_dir: Path, llm: Process, agent: Process, database_url: str, log_level: str, workers: int = 1,
+    extra_env: dict[str, str] | None = None,
 ) -> Process:
     return Process(
-        "conversation_service", ["-m", "conversation_service"],
+        "conversation_service", ["-m", "conversation_service", *workers_args(workers)],
         {
+            **(extra_env or {}),
             **llm_env(llm),
             "CONVERSATION_DATABASE_URL": database_url,
             "MIGRATE_ON_START": "true",

@@ -6,18 +6,27 @@ scripted reply (a queue), or by ``script(request_body)`` when given, or by a def
 ``tokens`` tokens. Pacing is configurable: time to first token and a delay per token. Every request
 body (and its Authorization header) is recorded in ``requests``.
 
-Run on its own for load tests::
+With ``stamp``, each word of a default reply is the wall-clock time (``time.time()``) at which it was
+sent, ``t1732459200.123456``, so a client on the same host can tell how long the token took to reach
+it through the services under test. With ``shared_clock``, paced default replies are sent by one
+timer loop for every stream of the process (``Pacer``) instead of a sleep per token per stream, so
+hundreds of streams cost the fake little CPU.
 
-    python -m tests.support.fake_openai --port 8999 --tokens 200 --ttft-ms 0 --token-delay-ms 0
+Run on its own for load tests (``shared_clock`` is on there)::
+
+    python -m tests.support.fake_openai --port 8999 --tokens 200 --ttft-ms 0 --token-delay-ms 0 [--stamp]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
+import itertools
+import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,6 +100,8 @@ class FakeOpenAI:
         script: Callable[[dict[str, Any]], Reply] | None = None,
         model: str = "fake-model",
         record_requests: bool = True,
+        stamp: bool = False,
+        shared_clock: bool = False,
     ) -> None:
         self.tokens = tokens
         self.ttft_ms = ttft_ms
@@ -98,6 +109,8 @@ class FakeOpenAI:
         self.script = script
         self.model = model
         self.record_requests = record_requests  # a long load run keeps no history
+        self.stamp = stamp
+        self.pacer = Pacer() if shared_clock else None
         self.replies: deque[Reply] = deque()
         self.requests: list[RecordedRequest] = []
         self.app = Starlette(
@@ -133,12 +146,14 @@ class FakeOpenAI:
             return _error(400, "'messages' is required")
         if self.record_requests:
             self.requests.append(RecordedRequest(body=body, authorization=request.headers.get("authorization")))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if self.pacer is not None and self.token_delay_ms > 0 and not self.replies and self.script is None:
+            return _PacedResponse(self, include_usage)
         reply = self._next_reply(body)
         if isinstance(reply, ErrorReply):
             if reply.raw_body is not None:
                 return Response(reply.raw_body, status_code=reply.status, media_type="text/plain")
             return _error(reply.status, reply.message)
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         return StreamingResponse(self._stream(reply, include_usage), media_type="text/event-stream")
 
     async def _stream(self, reply: Reply, include_usage: bool) -> AsyncIterator[bytes]:
@@ -172,8 +187,13 @@ class FakeOpenAI:
                 produced += 1
                 yield chunk({reply.reasoning_field: piece})
                 await self._pace()
-            text = reply.text if reply.text is not None else _words(reply.tokens or self.tokens)
-            for piece in _pieces(text, reply.chunk_chars) if reply.text is not None else _word_pieces(text):
+            if reply.text is not None:
+                pieces: Iterable[str] = _pieces(reply.text, reply.chunk_chars)
+            elif self.stamp:
+                pieces = (_stamp(i) for i in range(reply.tokens or self.tokens))  # stamped as it is sent
+            else:
+                pieces = _word_pieces(_words(reply.tokens or self.tokens))
+            for piece in pieces:
                 produced += 1
                 yield chunk({"content": piece})
                 await self._pace()
@@ -213,6 +233,135 @@ class FakeOpenAI:
             await asyncio.sleep(self.token_delay_ms / 1000)  # simulated generation speed
 
 
+class Pacer:
+    """One timer loop for every paced stream: a heap of (when the stream's next piece is due, the
+    stream), woken once per millisecond grain at most, writing every piece that is due. The cost
+    per token is one write, not a timer, a task switch and a generator step per stream.
+
+    Each stream keeps its own absolute schedule (first token at start + ttft, then one per delay):
+    a loop that falls behind sends late pieces at once, as a hosted model's tokens keep coming
+    whatever the client does, and the stamps say when each was really sent."""
+
+    def __init__(self, grain_s: float = 0.001) -> None:
+        self.grain_s = grain_s
+        self._heap: list[tuple[float, int, _PacedStream]] = []
+        self._order = itertools.count()
+        self._task: asyncio.Task | None = None
+        self._alarm: asyncio.Future | None = None
+        self._alarm_at = math.inf
+
+    def add(self, stream: _PacedStream, due: float) -> None:
+        heapq.heappush(self._heap, (due, next(self._order), stream))
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        elif due < self._alarm_at and self._alarm is not None and not self._alarm.done():
+            self._alarm.set_result(None)  # due before the loop's next wake-up: wake it now
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        heap = self._heap
+        try:
+            while heap:
+                now = loop.time()
+                if heap[0][0] > now:
+                    wake = math.ceil(heap[0][0] / self.grain_s) * self.grain_s
+                    self._alarm, self._alarm_at = loop.create_future(), wake
+                    timer = loop.call_at(wake, _resolve, self._alarm)
+                    await self._alarm
+                    timer.cancel()
+                    self._alarm, self._alarm_at = None, math.inf
+                    continue
+                while heap and heap[0][0] <= now:
+                    _, _, stream = heapq.heappop(heap)
+                    # A whole reply (~40 KB) fits in the transport's write buffer (64 KiB), so a
+                    # write does not wait on one slow reader while the others are due.
+                    due = await stream.step()
+                    if due is not None:
+                        heapq.heappush(heap, (due, next(self._order), stream))
+        finally:
+            self._task = None
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _PacedStream:
+    """A default reply written piece by piece by the ``Pacer``: role and first token, the other
+    tokens one per step, then the finish, usage and ``[DONE]``."""
+
+    def __init__(self, fake: FakeOpenAI, send: Callable, include_usage: bool, start: float) -> None:
+        self.fake = fake
+        self.send = send
+        self.include_usage = include_usage
+        self.start = start
+        self.delay = fake.token_delay_ms / 1000
+        self.index = 0
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        created = int(time.time())
+        head = orjson.dumps({"id": f"chatcmpl-fake{created}", "object": "chat.completion.chunk",
+                             "created": created, "model": fake.model})[:-1]
+        self._prefix = b"data: " + head + b',"choices":[{"index":0,"delta":{"content":"'
+        self._suffix = b'"},"finish_reason":null}]}\n\n'
+        self._head = head
+
+    def _piece(self, i: int) -> bytes:
+        text = _stamp(i) if self.fake.stamp else (f"token{i}" if i == 0 else f" token{i}")
+        return self._prefix + text.encode() + self._suffix  # words and stamps need no JSON escaping
+
+    def _tail(self) -> bytes:
+        out = b"data: " + self._head + b',"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+        if self.include_usage:
+            n = self.fake.tokens
+            usage = orjson.dumps({"prompt_tokens": 11, "completion_tokens": n, "total_tokens": 11 + n})
+            out += b"data: " + self._head + b',"choices":[],"usage":' + usage + b"}\n\n"
+        return out + b"data: [DONE]\n\n"
+
+    async def step(self) -> float | None:
+        """Write what is due now; the time of the next step, or None once the reply is complete."""
+        i, self.index = self.index, self.index + 1
+        tokens = self.fake.tokens
+        try:
+            if i == 0:
+                role = b"data: " + self._head + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+                await self.send({"type": "http.response.body", "body": role + (self._piece(0) if tokens else b""),
+                                 "more_body": True})
+            elif i < tokens:
+                await self.send({"type": "http.response.body", "body": self._piece(i), "more_body": True})
+            else:
+                await self.send({"type": "http.response.body", "body": self._tail(), "more_body": False})
+                self.done.set_result(None)
+                return None
+        except Exception as exc:  # noqa: BLE001 - the reader is gone: end this stream, keep the others
+            self.done.set_exception(exc)
+            return None
+        return self.start + (i + 1) * self.delay
+
+
+class _PacedResponse(Response):
+    """The ASGI response of a paced default reply: headers now, the body from the ``Pacer``."""
+
+    def __init__(self, fake: FakeOpenAI, include_usage: bool) -> None:
+        self.fake = fake
+        self.include_usage = include_usage
+        self.background = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
+        start = asyncio.get_running_loop().time() + self.fake.ttft_ms / 1000
+        stream = _PacedStream(self.fake, send, self.include_usage, start)
+        assert self.fake.pacer is not None
+        self.fake.pacer.add(stream, start)
+        await stream.done
+
+
+def _stamp(i: int) -> str:
+    """A token whose text is the time it is sent (the first of a reply without the leading space)."""
+    return f"t{time.time():.6f}" if i == 0 else f" t{time.time():.6f}"
+
+
 def _error(status: int, message: str) -> Response:
     return JSONResponse(
         {"error": {"message": message, "type": "invalid_request_error", "code": None}}, status_code=status
@@ -250,9 +399,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--ttft-ms", type=float, default=0.0)
     parser.add_argument("--token-delay-ms", type=float, default=0.0)
+    parser.add_argument("--stamp", action="store_true",
+                        help="each token of a default reply is the time it was sent: t<time.time()>")
     args = parser.parse_args(argv)
+    if args.tokens < 0 or args.ttft_ms < 0 or args.token_delay_ms < 0:
+        parser.error("--tokens, --ttft-ms and --token-delay-ms must not be negative")
     fake = FakeOpenAI(
-        tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms, record_requests=False
+        tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms, record_requests=False,
+        stamp=args.stamp, shared_clock=True,
     )
     uvicorn.run(fake.app, host=args.host, port=args.port, log_level="warning")
 

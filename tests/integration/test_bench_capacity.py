@@ -1,0 +1,56 @@
+"""The capacity benchmark's machinery on a tiny level, so that it keeps working: the stamped, paced
+fake model, both targets through the real services, the client processes and the figures."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+
+from loadtests.bench_capacity import main, parse_args
+from loadtests.common import write_results
+from tests.support.fake_openai import FakeOpenAI, running_fake_openai
+
+
+async def _reply_text(fake: FakeOpenAI) -> str:
+    async with running_fake_openai(fake) as (_, api), httpx.AsyncClient() as client:
+        r = await client.post(f"{api}/chat/completions", json={"messages": [], "stream": True})
+    parts = []
+    for line in r.text.splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:])["choices"]:
+                parts.append(choice["delta"].get("content") or "")
+    assert r.text.rstrip().endswith("data: [DONE]")
+    return "".join(parts)
+
+
+async def test_the_shared_clock_sends_the_same_default_reply() -> None:
+    paced = await _reply_text(FakeOpenAI(tokens=4, token_delay_ms=1, shared_clock=True))
+    assert paced == await _reply_text(FakeOpenAI(tokens=4, token_delay_ms=1)) == "token0 token1 token2 token3"
+
+
+async def test_stamped_tokens_carry_their_send_time() -> None:
+    text = await _reply_text(FakeOpenAI(tokens=3, token_delay_ms=1, stamp=True, shared_clock=True))
+    stamps = [float(s) for s in re.findall(r"t(\d+\.\d{6})", text)]
+    assert len(stamps) == 3 and text.count(" ") == 2
+    assert stamps == sorted(stamps) and stamps[-1] - stamps[0] >= 0.002  # paced 1 ms apart at least
+
+
+async def test_a_tiny_sweep_of_both_targets(tmp_path) -> None:
+    out = tmp_path / "capacity.json"
+    args = parse_args(["--target", "both", "--levels", "2", "--tokens", "5", "--ttft-ms", "0",
+                       "--token-delay-ms", "5", "--clients", "2", "--settle-s", "0", "--out", str(out)])
+    results = await main(args)
+    write_results(args.out, results)
+
+    for target in ("agent", "chat"):
+        (row,) = results[target]["levels"]
+        assert row["error_reasons"] == {} and row["completed"] == 2
+        assert row["tokens_timed"] == 10  # every stamped token reached a client, one from each process
+        assert row["events"] > row["tokens_timed"] if target == "agent" else row["events"] > 2
+        assert 0 <= row["latency_ms"]["p50"] <= row["latency_ms"]["p95"] <= row["latency_ms"]["max"]
+        assert row["cpu_s"]["agent_service"] > 0 and row["cpu_s_per_10k_events"]["agent_service"] > 0
+        assert results[target]["capacity_streams"] == (2 if row["passed"] else 0)
+    assert results["chat"]["levels"][0]["cpu_s"]["conversation_service"] > 0
+    assert json.loads(out.read_text())["machine"]["nproc"]
