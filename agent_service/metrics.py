@@ -81,6 +81,17 @@ class AgentMetrics:
             "agent_memory_health", "Long-term memory health: 0 NORMAL, 1 DEGRADED, 2 DOWN (history only)",
             registry=self.registry,
         )
+        self.live_tail_notifications = Counter(
+            "agent_live_tail_notifications", "Commits of session events this process was told of (LISTEN/NOTIFY)",
+            registry=self.registry,
+        )
+        # A follower of a run of another process reads the log: at start, when notified, or by the
+        # slow fallback poll (a lost notification); "poll" staying near 0 means the push works.
+        self.follow_reads: Labelled[Counter] = Labelled(
+            Counter("agent_follow_reads", "Log reads of followers of another process's run, by cause", ["cause"],
+                    registry=self.registry),
+            "cause",
+        )
         self.dropped_subscribers = Counter(
             "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",
             registry=self.registry,
