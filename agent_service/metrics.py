@@ -30,7 +30,10 @@ class AgentMetrics:
         self.runs_failed = Counter(
             "agent_runs_failed", "Runs that ended with ERROR, by code", ["code"], registry=self.registry
         )
-        self.active_runs = Gauge("agent_active_runs", "Runs executing in this process", registry=self.registry)
+        # Under --workers N: one series per live worker (``pid`` label); a dead worker's goes with it.
+        self.active_runs = Gauge(
+            "agent_active_runs", "Runs executing in this process", registry=self.registry, multiprocess_mode="liveall"
+        )
         # Counted per event: each type's child is looked up once (``labels()`` on every event was ~3 %
         # of the process's CPU under streaming load).
         self.events: Labelled[Counter] = Labelled(
