@@ -32,8 +32,8 @@ from agent_service.profiles.service import ProfileStore
 from agent_service.runs import router as runs_router
 from agent_service.runs.engine import ReActEngine, ToolLookup, find_tool
 from agent_service.runs.event_log import EventLog
-from agent_service.runs.live_tail import build_notifier
 from agent_service.runs.leases import LeaseKeeper, new_owner_id
+from agent_service.runs.live_tail import build_notifier
 from agent_service.runs.manager import RunManager
 from agent_service.runs.service import RunService
 from agent_service.runs.streaming import EventStreamer, StreamSettings
@@ -51,8 +51,8 @@ from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
 from shared.logging import RequestIdMiddleware
-from shared.serving import Shutdown
 from shared.rate_limit import RateLimiter, build_limiter, default_model
+from shared.serving import Shutdown
 
 log = logging.getLogger(__name__)
 

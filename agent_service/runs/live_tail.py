@@ -41,7 +41,7 @@ class Watch:
     is the highest seq announced since the watch began, ``missed`` says notifications may have been
     lost (the listener reconnected): the follower must read whatever ``seq`` says."""
 
-    __slots__ = ("changed", "seq", "missed")
+    __slots__ = ("changed", "missed", "seq")
 
     def __init__(self) -> None:
         self.changed = asyncio.Event()
@@ -162,7 +162,7 @@ class PostgresNotifier(LiveTailNotifier):
             try:
                 conn = await asyncpg.connect(self._dsn)
                 lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c: lost.set())
+                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(CHANNEL, self._on_notification)
                 if backoff:
                     log.info("live tail listener reconnected")

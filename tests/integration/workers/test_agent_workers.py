@@ -53,7 +53,7 @@ async def _read_sse(resp: httpx.Response, arrivals: dict[int, float]) -> str | N
 
 def _metric(text: str, name: str, labels: str = "") -> float:
     pattern = rf"^{re.escape(name)}{re.escape(labels)} (\S+)$" if labels else rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$"
-    return sum(float(m) for m in re.findall(pattern, text, re.M))
+    return sum(float(m) for m in re.findall(pattern, text, re.MULTILINE))
 
 
 async def _follow_run(owner_url: str, follower_url: str, follower_client: httpx.AsyncClient | None = None):
@@ -107,7 +107,7 @@ async def test_a_reader_on_another_process_is_pushed_each_commit(pg_url: str, tm
 
 
 def _pids(metrics: str) -> set[int]:
-    return {int(pid) for pid in re.findall(r'^agent_active_runs\{pid="(\d+)"\}', metrics, re.M)}
+    return {int(pid) for pid in re.findall(r'^agent_active_runs\{pid="(\d+)"\}', metrics, re.MULTILINE)}
 
 
 async def test_two_workers_share_the_port_stream_across_each_other_and_stop_on_sigterm(

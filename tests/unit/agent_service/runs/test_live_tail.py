@@ -22,12 +22,11 @@ class _Count:
 
 
 async def _announce(sessionmaker, notifier, session_id: str, seq: int, *, commit: bool) -> None:
-    async with sessionmaker() as db:
-        async with db.begin() as tx:
-            await db.execute(text("SELECT 1"))
-            await notifier.announce(db, session_id, seq)
-            if not commit:
-                await tx.rollback()
+    async with sessionmaker() as db, db.begin() as tx:
+        await db.execute(text("SELECT 1"))
+        await notifier.announce(db, session_id, seq)
+        if not commit:
+            await tx.rollback()
 
 
 async def test_followers_are_woken_on_commit_only_and_per_session(database_url: str) -> None:
