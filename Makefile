@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
+WORKERS ?= 1
 
 .PHONY: install run test test-fast lint bench clean
 
@@ -18,8 +19,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 # Ports: make run CHAT_PORT=9000 AGENT_PORT=9001 (run_local.py reads them from the environment).
+# Worker processes per service: make run WORKERS=2 (N > 1 needs Redis: REDIS_URL=redis://127.0.0.1:6379/0).
 run: install
-	$(BIN)/python deploy/run_local.py --host $(HOST)
+	$(BIN)/python deploy/run_local.py --host $(HOST) --workers $(WORKERS)
 
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

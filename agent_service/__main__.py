@@ -1,11 +1,18 @@
-"""``python -m agent_service --host H --port P`` serves the API; ``python -m agent_service migrate``
-upgrades the database to the latest revision."""
+"""``python -m agent_service --host H --port P [--workers N]`` serves the API; ``python -m agent_service
+migrate`` upgrades the database to the latest revision.
+
+With ``--workers N`` (N > 1) a parent process migrates (when the settings say so, as a single process
+would), binds the port once and runs N worker processes on it (``shared.workers``)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import os
+import socket
 import sys
+from typing import Any
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
@@ -13,6 +20,47 @@ from uvicorn.config import STARTUP_FAILURE
 from agent_service.settings import AgentServiceSettings
 from shared.logging import configure_logging
 from shared.serving import ServiceServer
+from shared.workers import mark_worker, serve_workers
+
+log = logging.getLogger("agent_service")
+
+
+def _server(settings: AgentServiceSettings, host: str, port: int) -> ServiceServer:
+    from agent_service.app import create_app
+
+    app = create_app(settings)
+    mark_worker(app)
+    return ServiceServer(uvicorn.Config(
+        app, host=host, port=port, log_config=None, access_log=False,
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+    ), app.state.shutdown)
+
+
+def serve_worker(sock: socket.socket, _options: dict[str, Any]) -> None:
+    """One worker of ``--workers N``: the service on the socket the parent bound."""
+    settings = AgentServiceSettings()
+    configure_logging("agent_service", settings.log_level)
+    server = _server(settings, "127.0.0.1", 0)
+    server.run(sockets=[sock])
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)
+
+
+def _serve_workers(settings: AgentServiceSettings, args: argparse.Namespace) -> None:
+    if settings.should_migrate_on_start:
+        from agent_service.migrate import migrate_url
+
+        # Once, here, before any worker starts: N workers migrating at once would race.
+        try:
+            asyncio.run(migrate_url(settings.database_url))
+        except Exception:
+            log.exception("migration failed; no worker started")
+            sys.exit(STARTUP_FAILURE)
+    os.environ["AGENT_SERVICE_MIGRATE_ON_START"] = "false"
+    sys.exit(serve_workers(
+        "agent_service.__main__:serve_worker", host=args.host, port=args.port, workers=args.workers,
+        grace_s=settings.shutdown_grace_s, options={},
+    ))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -20,6 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "1")),
+                        help="worker processes serving the port (default: WORKERS or 1)")
     args = parser.parse_args(argv)
 
     settings = AgentServiceSettings()
@@ -30,13 +80,12 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(migrate_url(settings.database_url))
         return
 
-    from agent_service.app import create_app
-
-    app = create_app(settings)
-    server = ServiceServer(uvicorn.Config(
-        app, host=args.host, port=args.port, log_config=None, access_log=False,
-        timeout_keep_alive=settings.keep_alive_timeout_s,
-    ), app.state.shutdown)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    if args.workers > 1:
+        _serve_workers(settings, args)
+        return
+    server = _server(settings, args.host, args.port)
     server.run()
     if not server.started:
         sys.exit(STARTUP_FAILURE)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from agent_service import health
@@ -32,6 +33,7 @@ from agent_service.runs import router as runs_router
 from agent_service.runs.engine import ReActEngine, ToolLookup, find_tool
 from agent_service.runs.event_log import EventLog
 from agent_service.runs.leases import LeaseKeeper, new_owner_id
+from agent_service.runs.live_tail import build_notifier
 from agent_service.runs.manager import RunManager
 from agent_service.runs.service import RunService
 from agent_service.runs.streaming import EventStreamer, StreamSettings
@@ -49,8 +51,8 @@ from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
 from shared.logging import RequestIdMiddleware
-from shared.serving import Shutdown
 from shared.rate_limit import RateLimiter, build_limiter, default_model
+from shared.serving import Shutdown
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +132,15 @@ async def build_runs(
 ) -> tuple[EventLog, RunManager, LeaseKeeper]:
     """The event log, the runs of this process and the keeper of their leases; runs a previous stop
     left behind are ended before the service takes requests."""
+    notifier = build_notifier(
+        make_url(settings.database_url), fallback_poll_s=settings.follow_fallback_poll_seconds,
+        local_poll_s=settings.replay_poll_seconds, received=metrics.live_tail_notifications,
+    )
+    await notifier.start()
+    stack.push_async_callback(notifier.aclose)
     event_log = EventLog(
         sessionmaker, group_commit_ms=settings.group_commit_ms, live_queue_size=settings.live_queue_size, metrics=metrics,
-        seq_block=settings.seq_reserve_block,
+        seq_block=settings.seq_reserve_block, notifier=notifier,
     )
     event_log.start()
     stack.push_async_callback(event_log.aclose)
@@ -189,8 +197,7 @@ async def build_agent(
         ),
         streamer=EventStreamer(
             event_log, sessionmaker,
-            StreamSettings(heartbeat_seconds=settings.heartbeat_seconds, retry_ms=settings.sse_retry_ms,
-                           poll_seconds=settings.replay_poll_seconds),
+            StreamSettings(heartbeat_seconds=settings.heartbeat_seconds, retry_ms=settings.sse_retry_ms),
             metrics, stopping=app.state.shutdown.begun,
         ),
         memory=memory,

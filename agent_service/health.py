@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from fastapi.responses import PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from agent_service.deps import DatabaseDep, MemoryDep, MetricsDep
 from agent_service.errors import NotReady
 from shared.http_contract import METRICS_RESPONSE, errors
+from shared.metrics_export import render_metrics
 
 router = APIRouter(tags=["health"])
 
@@ -33,4 +34,4 @@ async def ready(db_engine: DatabaseDep) -> dict[str, str]:
 
 @router.get("/metrics", response_class=PlainTextResponse, responses=METRICS_RESPONSE)
 async def metrics(agent_metrics: MetricsDep) -> Response:
-    return Response(generate_latest(agent_metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(render_metrics(agent_metrics.registry), media_type=CONTENT_TYPE_LATEST)

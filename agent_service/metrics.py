@@ -30,7 +30,10 @@ class AgentMetrics:
         self.runs_failed = Counter(
             "agent_runs_failed", "Runs that ended with ERROR, by code", ["code"], registry=self.registry
         )
-        self.active_runs = Gauge("agent_active_runs", "Runs executing in this process", registry=self.registry)
+        # Under --workers N: one series per live worker (``pid`` label); a dead worker's goes with it.
+        self.active_runs = Gauge(
+            "agent_active_runs", "Runs executing in this process", registry=self.registry, multiprocess_mode="liveall"
+        )
         # Counted per event: each type's child is looked up once (``labels()`` on every event was ~3 %
         # of the process's CPU under streaming load).
         self.events: Labelled[Counter] = Labelled(
@@ -80,6 +83,17 @@ class AgentMetrics:
         self.memory_health = Gauge(
             "agent_memory_health", "Long-term memory health: 0 NORMAL, 1 DEGRADED, 2 DOWN (history only)",
             registry=self.registry,
+        )
+        self.live_tail_notifications = Counter(
+            "agent_live_tail_notifications", "Commits of session events this process was told of (LISTEN/NOTIFY)",
+            registry=self.registry,
+        )
+        # A follower of a run of another process reads the log: at start, when notified, or by the
+        # slow fallback poll (a lost notification); "poll" staying near 0 means the push works.
+        self.follow_reads: Labelled[Counter] = Labelled(
+            Counter("agent_follow_reads", "Log reads of followers of another process's run, by cause", ["cause"],
+                    registry=self.registry),
+            "cause",
         )
         self.dropped_subscribers = Counter(
             "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",

@@ -44,7 +44,11 @@ class AgentServiceSettings(BaseSettings):
     migrate_on_start: bool | None = None
     # Per-subscriber live queue; a subscriber that falls this far behind is dropped and reconnects.
     live_queue_size: Annotated[int, Field(gt=0)] = 10_000
-    # A replica that does not run a session itself follows it by polling the event log this often.
+    # A replica that does not run a session itself follows its event log. On PostgreSQL each commit
+    # of the run's events is pushed (LISTEN/NOTIFY) and the log is polled only this often, as a
+    # safety net for a lost notification; on SQLite (no cross-process push) it is polled every
+    # ``replay_poll_seconds``.
+    follow_fallback_poll_seconds: Annotated[float, Field(gt=0)] = 5.0
     replay_poll_seconds: Annotated[float, Field(gt=0)] = 0.5
     # Tool results are cut to this many characters before they go back to the model.
     max_tool_result_chars: Annotated[int, Field(gt=0)] = 16_000

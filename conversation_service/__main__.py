@@ -1,19 +1,28 @@
-"""``python -m conversation_service`` [--host H --port P] | migrate | token --user U [--org O]
-| dead-letters list | show ID | replay ID."""
+"""``python -m conversation_service`` [--host H --port P --workers N] | migrate | token --user U [--org O]
+| dead-letters list | show ID | replay ID.
+
+With ``--workers N`` (N > 1) a parent process migrates (when the settings say so), binds the port once
+and runs N worker processes on it (``shared.workers``). The workers fan frames out to each other's
+WebSockets through Redis, so N > 1 needs ``REDIS_URL``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import os
+import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 # `make run` (deploy/run_local.py, run from the repository root) generates the development secrets
 # here and starts this service with AUTH_JWT_SECRET=DEV_JWT_SECRET.
 DEV_SECRETS_FILE = Path("var/dev-secrets.env")
 
 
-def _serve(args: argparse.Namespace) -> None:
+def _run(host: str, port: int, sock: socket.socket | None) -> None:
+    """The service in this process: on ``host:port``, or on ``sock`` (a worker of ``--workers N``)."""
     import uvicorn
     from uvicorn.config import STARTUP_FAILURE
 
@@ -22,21 +31,64 @@ def _serve(args: argparse.Namespace) -> None:
     from conversation_service.websocket.protocol import ClosingWebSocketProtocol
     from shared.logging import configure_logging
     from shared.serving import ServiceServer
+    from shared.workers import mark_worker
 
     settings = ConversationSettings()
     configure_logging("conversation_service", settings.log_level)
     app = create_app(settings)
+    mark_worker(app)
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_config=None, ws=ClosingWebSocketProtocol,
+        app, host=host, port=port, log_config=None, ws=ClosingWebSocketProtocol,
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )
     server = ServiceServer(config, app.state.shutdown)
     try:
-        server.run()
+        server.run(sockets=[sock] if sock is not None else None)
     except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C is a normal way to stop
         pass
     if not server.started:
         sys.exit(STARTUP_FAILURE)
+
+
+def serve_worker(sock: socket.socket, _options: dict[str, Any]) -> None:
+    """One worker of ``--workers N``: the service on the socket the parent bound."""
+    _run("127.0.0.1", 0, sock)
+
+
+def _serve(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        sys.exit("--workers must be at least 1")
+    if args.workers == 1:
+        _run(args.host, args.port, None)
+        return
+    from uvicorn.config import STARTUP_FAILURE
+
+    from conversation_service.db import migrate
+    from conversation_service.settings import ConversationSettings
+    from shared.logging import configure_logging
+    from shared.workers import serve_workers
+
+    settings = ConversationSettings()
+    configure_logging("conversation_service", settings.log_level)
+    if not settings.redis_url:
+        # Without Redis each worker fans frames out to its own WebSockets only: a chat tab would
+        # miss the replies another worker streams.
+        sys.exit(
+            f"--workers {args.workers} needs REDIS_URL: the workers fan chat frames out to each other's "
+            "WebSockets through Redis. Set REDIS_URL, or run one worker."
+        )
+    if settings.should_migrate_on_start:
+        # Once, here, before any worker starts: N workers migrating at once would race.
+        try:
+            asyncio.run(migrate.upgrade_url(settings.conversation_database_url, "head"))
+        except Exception:
+            logging.getLogger("conversation_service").exception("migration failed; no worker started")
+            sys.exit(STARTUP_FAILURE)
+    os.environ["MIGRATE_ON_START"] = "false"
+    sys.exit(serve_workers(
+        "conversation_service.__main__:serve_worker", host=args.host, port=args.port, workers=args.workers,
+        grace_s=settings.shutdown_grace_s, options={},
+    ))
 
 
 def _migrate(args: argparse.Namespace) -> None:
@@ -78,6 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m conversation_service", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "1")),
+                        help="worker processes serving the port (default: WORKERS or 1); N > 1 needs REDIS_URL")
     sub = parser.add_subparsers(dest="command")
     m = sub.add_parser("migrate", help="upgrade the conversation database")
     m.add_argument("revision", nargs="?", default="head")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
 from conversation_service.deps import AgentDep, MetricsDep, RealtimeDep, StorageDep
+from shared.metrics_export import render_metrics
 
 router = APIRouter(tags=["operations"])
 
@@ -31,4 +32,4 @@ async def health(storage: StorageDep, realtime: RealtimeDep, agent: AgentDep, re
 
 @router.get("/metrics", include_in_schema=False)
 async def metrics(metrics: MetricsDep) -> Response:
-    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(render_metrics(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -10,6 +10,10 @@ It supervises the two services the way an orchestrator would: a service that exi
 after a back-off (1, 2, 4 ... 30 s) while the other keeps running, so the chat stays up with the Agent
 Service down (it answers with the direct LLM and a notice). A port already in use stops it before
 anything starts. Ctrl-C (SIGINT) or SIGTERM stops both services and exits with 0.
+
+``make run WORKERS=N`` (or ``--workers N``) runs each service as N worker processes on its port. The
+chat's workers fan frames out to each other through Redis, so N > 1 needs ``REDIS_URL`` (e.g.
+``REDIS_URL=redis://127.0.0.1:6379/0 make run WORKERS=2``); without it, it stops at once and says so.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class Service:
     host: str
     port: int
     port_variable: str  # and its flag: AGENT_PORT, --agent-port
+    workers: int = 1
     proc: subprocess.Popen | None = None
     started_at: float = 0.0
     failures: int = 0  # exits in a row, each after less than STABLE_S
@@ -98,6 +103,8 @@ class Service:
 
     def start(self, env: dict[str, str]) -> None:
         command = [sys.executable, "-m", self.module, "--host", self.host, "--port", str(self.port)]
+        if self.workers > 1:
+            command += ["--workers", str(self.workers)]
         self.proc = subprocess.Popen(command, env=env, cwd=ROOT)
         self.started_at = time.monotonic()
         say(f"{self.name} started (pid {self.proc.pid}) on {self.url}")
@@ -197,11 +204,22 @@ def main() -> None:
     parser.add_argument("--chat-port", type=int, default=_port("CHAT_PORT", 8000))
     parser.add_argument("--agent-port", type=int, default=_port("AGENT_PORT", 8001))
     parser.add_argument("--user", default="demo", help="user id of the printed development token")
+    parser.add_argument("--workers", type=int, default=_port("WORKERS", 1),
+                        help="worker processes per service (N > 1 needs REDIS_URL)")
     args = parser.parse_args()
+    if args.workers < 1:
+        raise SystemExit("make run: WORKERS must be at least 1")
+    if args.workers > 1 and not os.environ.get("REDIS_URL"):
+        raise SystemExit(
+            f"make run: WORKERS={args.workers} needs Redis: the chat's workers fan frames out to each other "
+            "through it. Start one (redis-server) and run REDIS_URL=redis://127.0.0.1:6379/0 make run "
+            f"WORKERS={args.workers}, or run without WORKERS."
+        )
 
     agent = Service("agent service", "agent_service", args.host, args.agent_port, "AGENT_PORT")
     chat = Service("chat service", "conversation_service", args.host, args.chat_port, "CHAT_PORT")
     for service in (agent, chat):
+        service.workers = args.workers
         service.check_port_free()
     env = _environment(agent, chat)
     supervisor = Supervisor([agent, chat], env)

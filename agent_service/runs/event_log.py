@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.metrics import AgentMetrics
 from agent_service.runs.event_writer import WRITE_ATTEMPTS, EventWriter
+from agent_service.runs.live_tail import LiveTailNotifier, LocalNotifier
 from agent_service.runs.repository import EventRepository, SessionRepository
 from shared.fastpath.handoff import Handoff
 from shared.protocol import EventEnvelope, EventType, utcnow
@@ -137,7 +138,7 @@ class SessionChannel:
 class EventLog:
     def __init__(
         self, sessionmaker: async_sessionmaker, *, group_commit_ms: float, live_queue_size: int,
-        metrics: AgentMetrics, seq_block: int = 1000,
+        metrics: AgentMetrics, seq_block: int = 1000, notifier: LiveTailNotifier | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._queue_size = live_queue_size
@@ -146,6 +147,8 @@ class EventLog:
         self._metrics = metrics
         self._channels: dict[str, SessionChannel] = {}
         self.writer = EventWriter(sessionmaker, group_commit_ms / 1000, metrics, self._written)
+        # Followers in other processes learn of every commit that adds events (``live_tail``).
+        self.notifier = self.writer.notifier = notifier or LocalNotifier(fallback_poll_s=0.5)
 
     def start(self) -> None:
         self.writer.start()
@@ -260,6 +263,7 @@ class EventLog:
                         await sessions.bump_last_seq(channel.session_id, item.envelope.seq)
                         # Every seq shown is now in the log: the reservation ends with the run.
                         await sessions.update(channel.session_id, seq_reserved=item.envelope.seq)
+                        await self.notifier.announce(db, channel.session_id, item.envelope.seq)
                     written = True
                     break
                 except RunTakenOver:
@@ -322,6 +326,7 @@ class EventLog:
         envelope = EventEnvelope(session_id=session_id, run_id=run_id, seq=seq, type=type_, ts=utcnow(), data=payload)
         await EventRepository(db).insert_many([envelope])
         await SessionRepository(db).bump_last_seq(session_id, seq)
+        await self.notifier.announce(db, session_id, seq)
         self._metrics.events[type_].inc()
         return envelope
 

@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.metrics import AgentMetrics
+from agent_service.runs.live_tail import LiveTailNotifier, LocalNotifier
 from agent_service.runs.repository import EventRepository, RunRepository, SessionRepository
 from shared.group_commit import GroupCommitter
 from shared.protocol import EventEnvelope
@@ -48,6 +49,8 @@ class EventWriter:
         # owner still holds are written; ``on_taken_over`` learns of the others.
         self.owner_id: str | None = None
         self.on_taken_over: Callable[[set[str]], None] | None = None
+        # Told of each session's last seq inside the batch's transaction (followers elsewhere wake on commit).
+        self.notifier: LiveTailNotifier = LocalNotifier(fallback_poll_s=0.5)
 
     def start(self) -> None:
         self._commits.start()
@@ -118,6 +121,7 @@ class EventWriter:
                 sessions = SessionRepository(db)
                 for session_id, seq in last_seq.items():
                     await sessions.bump_last_seq(session_id, seq)
+                    await self.notifier.announce(db, session_id, seq)
                 if self.owner_id is not None:
                     # Checked after the writes: by then this transaction holds the session rows
                     # (SQLite: the write lock), which recovery locks too before it ends a run, so

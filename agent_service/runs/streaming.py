@@ -39,7 +39,6 @@ Write = Callable[[bytes], Awaitable[None]]
 class StreamSettings:
     heartbeat_seconds: float
     retry_ms: int
-    poll_seconds: float
 
 
 class EventStreamer:
@@ -48,6 +47,7 @@ class EventStreamer:
         metrics: AgentMetrics | None = None, stopping: asyncio.Event | None = None,
     ) -> None:
         self._log = event_log
+        self._notifier = event_log.notifier
         self._sessionmaker = sessionmaker
         self._settings = settings
         self._metrics = metrics
@@ -182,29 +182,51 @@ class EventStreamer:
     async def _follow(
         self, write: Write, session_id: str, last: int, stop_run: str | None, stops: list[asyncio.Event],
     ) -> None:
-        settings = self._settings
-        last_beat = time.monotonic()
-        while not any(event.is_set() for event in stops):
-            # Status first, events second: once the status is no longer ACTIVE, the read that
-            # follows holds every event the run wrote.
-            status, current_run = await self._session_state(session_id)
-            target = stop_run or current_run
+        """Follow the log of a session another process runs: read it whenever the notifier says a
+        commit added events (``live_tail``), until the run's terminal event or a stop."""
+        notifier = self._notifier
+        next_beat = time.monotonic() + self._settings.heartbeat_seconds
+        cause = "start"
+        with notifier.watch(session_id) as watch:
             while True:
-                page = await self._read(session_id, last)
-                for env in page:
-                    await write(encode_envelope(env))
-                    last = env.seq
-                    if env.is_terminal and env.run_id == target:
+                # Cleared before reading: a commit announced from here on wakes the wait below.
+                watch.clear()
+                # Status first, events second: once the status is no longer ACTIVE, the read that
+                # follows holds every event the run wrote.
+                status, current_run = await self._session_state(session_id)
+                target = stop_run or current_run
+                if self._metrics is not None:
+                    self._metrics.follow_reads[cause].inc()
+                while True:
+                    page = await self._read(session_id, last)
+                    for env in page:
+                        await write(encode_envelope(env))
+                        last = env.seq
+                        if env.is_terminal and env.run_id == target:
+                            return
+                    if len(page) < _PAGE:
+                        break
+                if status != SessionStatus.ACTIVE.value:
+                    return
+                # The slow poll is only the safety net for a lost notification (the listening
+                # connection dropped, or processes on one SQLite file, which cannot notify).
+                next_poll = time.monotonic() + notifier.fallback_poll_s
+                while True:
+                    timeout = max(0.0, min(next_poll, next_beat) - time.monotonic())
+                    await _wait_any([watch.changed, *stops], timeout)
+                    if any(event.is_set() for event in stops):
                         return
-                if len(page) < _PAGE:
-                    break
-            if status != SessionStatus.ACTIVE.value:
-                return
-            if time.monotonic() - last_beat >= settings.heartbeat_seconds:
-                await write(HEARTBEAT)
-                last_beat = time.monotonic()
-            # Polling is the cross-process fallback only; a run of this process is pushed live.
-            await _wait_any(stops, settings.poll_seconds)
+                    if time.monotonic() >= next_beat:
+                        await write(HEARTBEAT)
+                        next_beat = time.monotonic() + self._settings.heartbeat_seconds
+                    if watch.has_news(last):
+                        cause = "notified"
+                        break
+                    if watch.changed.is_set():
+                        watch.clear()  # a commit of events this reader has already sent
+                    elif time.monotonic() >= next_poll:
+                        cause = "poll"
+                        break
 
 
 async def _wait_any(events: list[asyncio.Event], timeout: float | None) -> bool:

@@ -53,8 +53,9 @@ async def serve_app(app, port: int | None = None, ws: str | type = "websockets-s
 class ServiceProcess:
     """``python -m <module> --host 127.0.0.1 --port P`` in a child process."""
 
-    def __init__(self, module: str, env: dict[str, str], port: int | None = None) -> None:
+    def __init__(self, module: str, env: dict[str, str], port: int | None = None, args: list[str] = ()) -> None:
         self.module = module
+        self.args = list(args)
         self.port = port or free_port()
         self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
         self.proc: subprocess.Popen | None = None
@@ -68,7 +69,7 @@ class ServiceProcess:
         self.log_path = log_dir / f"{self.module}-{self.port}-{int(time.time() * 1000)}.log"
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, "--host", "127.0.0.1", "--port", str(self.port)],
+            [sys.executable, "-m", self.module, "--host", "127.0.0.1", "--port", str(self.port), *self.args],
             env=self.env,
             cwd=REPO_ROOT,
             stdout=log,

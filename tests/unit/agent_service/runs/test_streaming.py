@@ -18,7 +18,7 @@ from shared.db import create_engine, create_sessionmaker
 from shared.protocol import AnswerChunkData, CompleteData, EventType, utcnow
 from shared.sse import SSEDecoder, decode_envelope
 
-SETTINGS = StreamSettings(heartbeat_seconds=5, retry_ms=1000, poll_seconds=0.05)
+SETTINGS = StreamSettings(heartbeat_seconds=5, retry_ms=1000)
 
 
 async def _setup(database_url: str):
