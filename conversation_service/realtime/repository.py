@@ -9,7 +9,6 @@ from conversation_service.db.models import Conversation, ConversationFrame, Turn
 from conversation_service.db.repository import Repository
 from conversation_service.realtime.frames import Frame, FrameType, TurnProgress
 
-
 _conversations = Conversation.__table__
 _turns = Turn.__table__
 # Core statements on the tables, run as executemany (one parameter set per conversation or turn).
