@@ -86,7 +86,8 @@ class Conversation:
         # The row is committed before the 201, so the WebSocket can be opened at once.
         self.id = r.json()["id"]
         url = self.base_url.replace("http://", "ws://") + f"/conversations/{self.id}/ws"
-        self.ws = await websockets.connect(url, additional_headers=self.headers, max_size=2**22)
+        # No keepalive pings: on a loaded machine a late pong would end a turn the benchmark is measuring.
+        self.ws = await websockets.connect(url, additional_headers=self.headers, max_size=2**22, ping_interval=None)
 
     async def close(self) -> None:
         if self.ws is not None:
