@@ -114,6 +114,7 @@ class ClientConnection:
                     await self.catch_up(frame.seq - 1)
                 self._take(frame, stamps)
             elif item is _START:
+                await self._write_out()
                 await self.catch_up(await self._replay_to)
             else:
                 await self._write_out()
