@@ -69,6 +69,7 @@ class Turn:
     deltas: int
     outcome: str
     pair: tuple[int, int] | None = None
+    frames: int = 0  # every frame with a seq this turn's client received
 
 
 class Conversation:
@@ -85,7 +86,8 @@ class Conversation:
         # The row is committed before the 201, so the WebSocket can be opened at once.
         self.id = r.json()["id"]
         url = self.base_url.replace("http://", "ws://") + f"/conversations/{self.id}/ws"
-        self.ws = await websockets.connect(url, additional_headers=self.headers, max_size=2**22)
+        # No keepalive pings: on a loaded machine a late pong would end a turn the benchmark is measuring.
+        self.ws = await websockets.connect(url, additional_headers=self.headers, max_size=2**22, ping_interval=None)
 
     async def close(self) -> None:
         if self.ws is not None:
@@ -102,21 +104,22 @@ class Conversation:
         if target != expected:
             raise RuntimeError(f"message routed to {target}, expected {expected}")
         first = None
-        deltas = 0
+        deltas = frames = 0
         # An agent reply ends with agent.complete, a direct one with its message.completed.
         end = "agent.complete" if path == "agent" else "message.completed"
         async with asyncio.timeout(TURN_TIMEOUT_S):
             while True:
                 frame = orjson.loads(await self.ws.recv())
                 kind = frame["type"]
+                frames += "seq" in frame
                 if kind == "message.delta":
                     deltas += 1
                     if first is None:
                         first = time.perf_counter() - started
                 elif kind == end:
-                    return Turn(path, first, time.perf_counter() - started, deltas, "ok")
+                    return Turn(path, first, time.perf_counter() - started, deltas, "ok", frames=frames)
                 elif kind in ("message.error", "agent.error", "notice"):
-                    return Turn(path, first, time.perf_counter() - started, deltas, kind)
+                    return Turn(path, first, time.perf_counter() - started, deltas, kind, frames=frames)
 
 
 async def burst(convs: dict[str, list[Conversation]], rounds: int) -> list[Turn]:

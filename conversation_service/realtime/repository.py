@@ -3,11 +3,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import case, func, insert, select, update
+from sqlalchemy import bindparam, case, func, insert, select, update
 
 from conversation_service.db.models import Conversation, ConversationFrame, Turn, TurnKind, utcnow
 from conversation_service.db.repository import Repository
 from conversation_service.realtime.frames import Frame, FrameType, TurnProgress
+
+_conversations = Conversation.__table__
+_turns = Turn.__table__
+# Core statements on the tables, run as executemany (one parameter set per conversation or turn).
+_RAISE_LAST_SEQ = (
+    update(_conversations)
+    .where(_conversations.c.id == bindparam("b_id"), _conversations.c.last_seq < bindparam("b_seq"))
+    .values(last_seq=bindparam("b_seq"))
+)
+_RECORD_PROGRESS = (
+    update(_turns)
+    .where(_turns.c.id == bindparam("b_id"), _turns.c.last_agent_seq <= bindparam("b_seq"))
+    .values(kind=TurnKind.AGENT.value, assistant_message_id=bindparam("b_message"),
+            agent_session_id=bindparam("b_session"), last_agent_seq=bindparam("b_seq"), updated_at=bindparam("b_now"))
+)
 
 
 class FrameRepository(Repository):
@@ -27,13 +42,13 @@ class FrameRepository(Repository):
         highest: dict[str, int] = {}
         for f in frames:
             highest[f.conversation_id] = max(highest.get(f.conversation_id, 0), f.seq)
-        for conversation_id, seq in highest.items():
-            # Monotonic even when two replicas' writers commit out of order.
-            await self.session.execute(
-                update(Conversation)
-                .where(Conversation.id == conversation_id, Conversation.last_seq < seq)
-                .values(last_seq=seq)
-            )
+        # One executemany per statement, not one execute per conversation: a batch holds the
+        # frames of every streaming conversation, and each execute is a round trip (a thread hop
+        # on SQLite) plus the ORM's bulk-update bookkeeping. Monotonic even when two replicas'
+        # writers commit out of order.
+        await self.session.execute(
+            _RAISE_LAST_SEQ, [{"b_id": cid, "b_seq": seq} for cid, seq in highest.items()]
+        )
         await self._record_progress(frames)
 
     async def _record_progress(self, frames: Sequence[Frame]) -> None:
@@ -44,13 +59,14 @@ class FrameRepository(Repository):
                 known = latest.get(f.progress.turn_id)
                 if known is None or f.progress.agent_seq >= known.agent_seq:
                     latest[f.progress.turn_id] = f.progress
-        for p in latest.values():
-            await self.session.execute(
-                update(Turn).where(Turn.id == p.turn_id, Turn.last_agent_seq <= p.agent_seq).values(
-                    kind=TurnKind.AGENT.value, assistant_message_id=p.message_id,
-                    agent_session_id=p.agent_session_id, last_agent_seq=p.agent_seq, updated_at=utcnow(),
-                )
-            )
+        if not latest:
+            return
+        now = utcnow()
+        await self.session.execute(_RECORD_PROGRESS, [
+            {"b_id": p.turn_id, "b_seq": p.agent_seq, "b_message": p.message_id, "b_session": p.agent_session_id,
+             "b_now": now}
+            for p in latest.values()
+        ])
 
     async def message_frames(self, conversation_id: str, message_id: str) -> list[Frame]:
         """The stored frames about one message (its deltas, its end), in seq order."""

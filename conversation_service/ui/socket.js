@@ -1,5 +1,7 @@
 // The live stream of one conversation: auth by first frame, resume with ?after_seq=N, reconnect
-// with exponential backoff. Every frame with a seq is handed on exactly once, in order.
+// with exponential backoff. Every frame with a seq is handed on exactly once, in order. The page asks
+// for batches (?batch=1): frames that waited for it on the server come in one message,
+// {"type": "batch", "frames": [...]}, and are handed on one by one as if each had come alone.
 
 const BACKOFF_BASE_MS = 500;
 const BACKOFF_MAX_MS = 15000;
@@ -28,7 +30,7 @@ export class ConversationSocket {
   url() {
     const proto = location.protocol === "https:" ? "wss" : "ws";
     const id = encodeURIComponent(this.conversationId);
-    return `${proto}://${location.host}/conversations/${id}/ws?after_seq=${this.lastSeq}`;
+    return `${proto}://${location.host}/conversations/${id}/ws?after_seq=${this.lastSeq}&batch=1`;
   }
 
   start() {
@@ -74,12 +76,15 @@ export class ConversationSocket {
       let frame;
       try { frame = JSON.parse(ev.data); } catch (err) { return; }
       if (!frame || typeof frame !== "object" || typeof frame.type !== "string") return;
-      if (typeof frame.seq !== "number") { this.onControl(frame); return; }
-      // The server sends each seq once per connection; a replay after a reconnect starts above
-      // lastSeq, so this only guards against a server that repeats itself.
-      if (frame.seq <= this.lastSeq) return;
-      this.lastSeq = frame.seq;
-      this.onFrame(frame);
+      if (frame.type === "batch" && Array.isArray(frame.frames)) {
+        for (const inner of frame.frames) {
+          // A frame that closes the page's socket (a deleted conversation) ends the batch too.
+          if (this.ws !== ws) return;
+          this.take(inner);
+        }
+        return;
+      }
+      this.take(frame);
     };
     ws.onclose = (ev) => {
       clearInterval(this.pinger);
@@ -94,6 +99,16 @@ export class ConversationSocket {
       }
       this.schedule();
     };
+  }
+
+  take(frame) {
+    if (!frame || typeof frame !== "object" || typeof frame.type !== "string") return;
+    if (typeof frame.seq !== "number") { this.onControl(frame); return; }
+    // The server sends each seq once per connection; a replay after a reconnect starts above
+    // lastSeq, so this only guards against a server that repeats itself.
+    if (frame.seq <= this.lastSeq) return;
+    this.lastSeq = frame.seq;
+    this.onFrame(frame);
   }
 
   schedule() {

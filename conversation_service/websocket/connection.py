@@ -6,6 +6,11 @@ so a frame does not wait for a sender task to be scheduled behind everything els
 Only while a write waits for a client that reads slowly do its frames queue, bounded by
 ``ws_client_queue_size``; past that the client is flagged ``overflowed`` and closed, and resumes
 with ``after_seq``. One client's queue never holds up another client or the publisher.
+
+A client that asked for batches (``?batch=1``) gets the frames that queued for it while it was
+behind, and each page of a replay, in one WebSocket message: ``{"type": "batch", "frames": [...]}``,
+the frames in seq order, each as it would have gone alone (its encoding is reused, not redone). A
+client that keeps up still gets each frame at once, alone.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ class ClientConnection:
 
     def __init__(
         self, websocket: WebSocket, conversation_id: str, *, sessionmaker: async_sessionmaker, writer: FrameWriter,
-        metrics: WebSocketMetrics, queue_size: int, replay_wait_s: float,
+        metrics: WebSocketMetrics, queue_size: int, replay_wait_s: float, batches: bool = False,
     ) -> None:
         self.ws = websocket
         self.conversation_id = conversation_id
@@ -51,6 +56,10 @@ class ClientConnection:
         self.overflowed = asyncio.Event()
         self.send_failed = asyncio.Event()
         self.last_sent = 0
+        self._batches = batches
+        # Frames taken for the next write, with the agent event stamps to observe once it is done.
+        self._out: list[Frame] = []
+        self._out_stamps: list[tuple[float, ...]] = []
         self._replay_to: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._outbox: Handoff[Any] = Handoff(
             self._send_batch, maxsize=queue_size, name=f"ws-send:{conversation_id}",
@@ -95,27 +104,52 @@ class ClientConnection:
         for item in batch:
             if isinstance(item, tuple):
                 frame, stamps = item
-                if frame.seq <= self.last_sent:
+                taken = self._out[-1].seq if self._out else self.last_sent
+                if frame.seq <= taken:
                     continue  # already sent by a replay
-                if frame.seq > self.last_sent + 1:
+                if frame.seq > taken + 1:
                     # A gap: an earlier frame is still on its way (another replica, or published
                     # after this one). The database has it within one group commit.
+                    await self._write_out()
                     await self.catch_up(frame.seq - 1)
-                await self._send(frame, stamps)
+                self._take(frame, stamps)
             elif item is _START:
+                await self._write_out()
                 await self.catch_up(await self._replay_to)
             else:
+                await self._write_out()
                 await self.ws.send_text(orjson.dumps(item).decode())
+        await self._write_out()
 
-    async def _send(self, frame: Frame, stamps: tuple[float, ...] | None = None) -> None:
-        await self.ws.send_text(frame.to_text())
-        self.last_sent = frame.seq
-        self._metrics.frames_sent.inc()
-        if stamps is not None:
+    def _take(self, frame: Frame, stamps: tuple[float, ...] | None = None) -> None:
+        """``frame`` goes out with the next write, in order."""
+        self._out.append(frame)
+        if stamps:
+            self._out_stamps.append(stamps)
+
+    async def _write_out(self) -> None:
+        """Write the frames taken: one message carrying them all for a client that asked for
+        batches, else one message each."""
+        frames, self._out = self._out, []
+        if not frames:
+            return
+        stamps, self._out_stamps = self._out_stamps, []
+        if len(frames) == 1:
+            await self.ws.send_text(frames[0].to_text())
+        elif self._batches:
+            await self.ws.send_text('{"type":"batch","frames":[' + ",".join(f.to_text() for f in frames) + "]}")
+        else:
+            for frame in frames:
+                await self.ws.send_text(frame.to_text())
+                self.last_sent = frame.seq
+        self.last_sent = frames[-1].seq
+        self._metrics.frames_sent.inc(len(frames))
+        if stamps:
             now = time.perf_counter()
             observe = self._metrics.agent_event_delivery_seconds.observe
-            for stamp in stamps:
-                observe(now - stamp)
+            for group in stamps:
+                for stamp in group:
+                    observe(now - stamp)
 
     async def _read_db(self, after: int, upto: int | None = None) -> list[Frame]:
         async with unit_of_work(self._sessionmaker) as session:
@@ -130,7 +164,8 @@ class ClientConnection:
             frames = await self._read_db(self.last_sent, target)
             for frame in frames:
                 if frame.seq > self.last_sent:
-                    await self._send(frame)
+                    self._take(frame)
+            await self._write_out()
             if frames and len(frames) == _REPLAY_BATCH:
                 continue
             if self.last_sent >= target:

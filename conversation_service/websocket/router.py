@@ -5,7 +5,8 @@ Handshake: ``Origin`` (when sent) must be allowed, or be this service's own orig
 the auth timeout; the conversation must belong to the caller. Every refusal is close code 1008.
 
 Then: subscribe to the hub first, replay persisted frames with ``seq > after_seq``, then live
-frames, dropping any ``seq`` already sent, so each frame arrives exactly once. A client may send
+frames, dropping any ``seq`` already sent, so each frame arrives exactly once (``?batch=1``: frames
+that waited for the client arrive together in one ``batch`` message). A client may send
 ``message.send`` frames: they are posted like ``POST /messages`` and acknowledged on the socket.
 """
 
@@ -91,6 +92,14 @@ def _after_seq(websocket: WebSocket) -> int | None:
     return int(raw)
 
 
+def _batches(websocket: WebSocket) -> bool:
+    """``?batch=1``: the client takes ``batch`` frames (several frames in one message)."""
+    raw = websocket.query_params.get("batch")
+    if raw not in (None, "0", "1"):
+        raise _Refused("bad_batch")
+    return raw == "1"
+
+
 async def _authenticate_first_frame(websocket: WebSocket, settings: ConversationSettings) -> AuthenticatedUser:
     try:
         raw = await asyncio.wait_for(websocket.receive_text(), timeout=settings.ws_auth_timeout_s)
@@ -133,6 +142,7 @@ async def conversation_ws(
                               settings.allowed_origins):
             raise _Refused("origin")
         after_seq = _after_seq(websocket)
+        batches = _batches(websocket)
         try:
             header_token = bearer_from_header(websocket.headers.get("authorization"))
             user = _verify(settings, header_token) if header_token is not None else None
@@ -159,6 +169,7 @@ async def conversation_ws(
     conn = ClientConnection(
         websocket, conversation_id, sessionmaker=storage.sessionmaker, writer=realtime.writer,
         metrics=metrics.websocket, queue_size=settings.ws_client_queue_size, replay_wait_s=settings.ws_replay_wait_s,
+        batches=batches,
     )
     await _serve(websocket, conn, realtime, metrics.websocket, _Receiver(settings, messages, user), after_seq)
 

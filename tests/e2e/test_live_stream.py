@@ -29,6 +29,9 @@ async def test_a_dropped_connection_resumes_after_the_last_seq_without_duplicate
         await page.goto(stack.page_url())
         await expect(page.locator("#connection")).to_have_text("Live")
         assert after_seq_of(gate.urls[0]) == 0
+        # The page takes batches: the replay after the reconnect below (the whole agent turn it
+        # missed) comes as one ``batch`` message, which the page must unpack in order.
+        assert parse_qs(urlsplit(gate.urls[0]).query)["batch"] == ["1"]
 
         await page.locator("#content").fill("hello")
         await page.locator("#send").click()

@@ -1,0 +1,117 @@
+"""``?batch=1``: frames that waited for a client go out together, in one ``batch`` message.
+
+Real server, real sockets: the client that falls behind really stops reading
+(``connect_not_reading``); a client that keeps up still gets each frame alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import websockets
+
+from conversation_service.realtime.frames import FrameType
+from tests.integration.conversation_service.support import (
+    Reader,
+    auth,
+    connect,
+    connect_not_reading,
+    make_settings,
+    new_conversation,
+    recv_frame,
+    running,
+    ws_url,
+)
+from tests.integration.conversation_service.test_client_delivery import (
+    PING,
+    PONG,
+    capture_connections,
+    publish_until_write_waits,
+    sample,
+)
+
+QUEUED = 5
+
+
+def _batch_url(base: str, cid: str, after_seq: int | None = None) -> str:
+    url = ws_url(base, cid, after_seq)
+    return url + ("&" if "?" in url else "?") + "batch=1"
+
+
+async def test_frames_queued_behind_a_blocked_write_go_out_in_one_batch(database_url: str, monkeypatch) -> None:
+    async with running(make_settings(database_url, ws_client_queue_size=QUEUED + 5)) as (base, app):
+        publisher = app.state.realtime.publisher
+        connections = capture_connections(app.state.realtime.hub)
+        async with httpx.AsyncClient() as client:
+            cid = (await new_conversation(client, base, "alice"))["id"]
+        fast = Reader(await connect(base, cid, "alice"))
+        # connect_not_reading with the batch query: same socket, same small window.
+        monkeypatch.setattr("tests.integration.conversation_service.support.ws_url",
+                            lambda b, c, a=None: _batch_url(b, c, a))
+        slow = await connect_not_reading(base, cid, "alice")
+        try:
+            fast_conn, slow_conn = connections
+            await slow.send(PING)
+            assert json.loads(await asyncio.wait_for(slow.recv(), 10)) == PONG
+            await fast.ws.send(PING)
+            await fast.wait_for(1, timeout=10)
+            blocked_at = await publish_until_write_waits(publisher, cid, fast, fast_conn, slow_conn, read_before=1)
+            sent_before = sample(app, "conversation_ws_frames_sent_total")
+            for n in range(blocked_at + 1, blocked_at + QUEUED + 1):
+                await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": "queued"})
+
+            # The slow client reads again: every frame before the blocked one alone, the blocked
+            # one alone (its write had started), then the queued ones in one message.
+            messages = []
+            async with asyncio.timeout(20):
+                while not (messages and messages[-1].get("type") == "batch"):
+                    messages.append(json.loads(await slow.recv()))
+            singles, batch = messages[:-1], messages[-1]
+            assert [f["data"]["n"] for f in singles] == list(range(1, blocked_at + 1))
+            assert [f["seq"] for f in batch["frames"]] == list(range(blocked_at + 1, blocked_at + QUEUED + 1))
+            assert all(f["type"] == FrameType.MESSAGE_DELTA and f["conversation_id"] == cid for f in batch["frames"])
+            assert slow_conn.last_sent == blocked_at + QUEUED
+            # The fast client had each frame alone, at once; frames are counted one by one.
+            await fast.wait_for(1 + blocked_at + QUEUED, timeout=10)
+            assert all("seq" in f and f["type"] != "batch" for f in fast.frames[1:])
+            assert sample(app, "conversation_ws_frames_sent_total") == sent_before + 2 * QUEUED + 1  # and the blocked write, done once read
+        finally:
+            await fast.close()
+            await slow.close()
+
+
+async def test_a_replay_goes_out_in_batches_and_live_frames_follow_each_once(database_url: str) -> None:
+    history = 700  # more than one replay page (500)
+    async with running(make_settings(database_url)) as (base, app):
+        publisher = app.state.realtime.publisher
+        async with httpx.AsyncClient() as client:
+            cid = (await new_conversation(client, base, "alice"))["id"]
+        for n in range(1, history + 1):
+            await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": "h"})
+        await app.state.realtime.writer.flush()
+        ws = await websockets.connect(_batch_url(base, cid, after_seq=0), additional_headers=auth("alice"))
+        try:
+            first, second = await recv_frame(ws), await recv_frame(ws)
+            assert first["type"] == second["type"] == "batch"
+            assert [f["seq"] for f in first["frames"] + second["frames"]] == list(range(1, history + 1))
+            live = await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": history + 1, "text": "live"})
+            assert await recv_frame(ws) == live.to_dict()
+        finally:
+            await ws.close()
+
+
+async def test_a_bad_batch_value_is_refused(database_url: str) -> None:
+    async with running(make_settings(database_url)) as (base, _app):
+        async with httpx.AsyncClient() as client:
+            cid = (await new_conversation(client, base, "alice"))["id"]
+        url = ws_url(base, cid) + "?batch=yes"
+        try:
+            async with websockets.connect(url, additional_headers=auth("alice")) as ws:
+                await ws.recv()
+            raise AssertionError("the connection was accepted")
+        except websockets.exceptions.InvalidStatus as refused:
+            assert refused.response.status_code == 403
+        except websockets.exceptions.ConnectionClosed as closed:
+            assert closed.rcvd is not None and closed.rcvd.code == 1008
