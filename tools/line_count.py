@@ -23,10 +23,9 @@ def docstring_lines(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             continue
-        body = node.body
-        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-            if isinstance(body[0].value.value, str):
-                lines.update(range(body[0].lineno, body[0].end_lineno + 1))
+        first = node.body[0] if node.body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            lines.update(range(first.lineno, first.end_lineno + 1))
     return lines
 
 
