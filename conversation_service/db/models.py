@@ -351,26 +351,3 @@ class ConversationSummary(Base):
     token_count: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
-
-__all__ = [
-    "NON_TERMINAL_AGENT_SESSION_STATUSES",
-    "AgentSessionStatus",
-    "Base",
-    "Conversation",
-    "ConversationAgentSession",
-    "ConversationFrame",
-    "ConversationSummary",
-    "DeadLetter",
-    "InteractionKind",
-    "InteractionStatus",
-    "Message",
-    "MessageRole",
-    "MessageStatus",
-    "PendingInteraction",
-    "Turn",
-    "TurnKind",
-    "TurnStatus",
-    "UTCDateTime",
-    "new_id",
-    "utcnow",
-]
