@@ -1,6 +1,6 @@
 """History hydration: the window of a conversation's past messages handed to the agent (Story 3)."""
 
-from conversation_service.history.context import map_role, user_context_from
+from conversation_service.history.context import map_role
 from conversation_service.history.extractor import HistoryExtractor
 from conversation_service.history.schemas import HistoryRecord, HistoryResult, HistoryStats
 from conversation_service.history.settings import HistorySettings, HistoryStrategyName
@@ -17,5 +17,4 @@ __all__ = [
     "InMemorySummaryCache",
     "SummaryCache",
     "map_role",
-    "user_context_from",
 ]
