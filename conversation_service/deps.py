@@ -19,6 +19,7 @@ from conversation_service.agent_client import AgentServiceClient
 from conversation_service.auth.tokens import AuthenticatedUser, verify_token
 from conversation_service.conversations.service import get_owned_conversation
 from conversation_service.db.models import Conversation
+from conversation_service.db.repository import unit_of_work
 from conversation_service.dead_letters.replay import DeadLetterReplayer
 from conversation_service.errors import Unauthorized
 from conversation_service.interactions.service import AnswerService
@@ -57,13 +58,8 @@ async def get_session(storage: StorageDep) -> AsyncIterator[AsyncSession]:
     Used with ``scope="function"``: the commit runs when the route returns, before the response
     is sent. With the default (request) scope it ran after the response, so a client that acted
     on a 201 at once (opening the new conversation's WebSocket) could find no row yet."""
-    async with storage.sessionmaker() as session:
-        try:
-            yield session
-            await session.commit()
-        except BaseException:
-            await session.rollback()
-            raise
+    async with unit_of_work(storage.sessionmaker) as session:
+        yield session
 
 
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
