@@ -36,6 +36,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from shared.protocol import utcnow
+
 ID_LENGTH = 36  # a UUID in its canonical text form
 EXTERNAL_ID_LENGTH = 128  # ids minted elsewhere (users, orgs, agent sessions): shared.protocol.MAX_ID_CHARS
 
@@ -50,10 +52,6 @@ NAMING_CONVENTION = {
 
 def new_id() -> str:
     return str(uuid.uuid4())
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class UTCDateTime(TypeDecorator):
