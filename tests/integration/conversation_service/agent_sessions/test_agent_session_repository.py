@@ -12,12 +12,9 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from conversation_service.agent_sessions import (
-    AgentSessionConflict,
-    AgentSessionRepository,
-    AgentSessionService,
-    UnknownConversation,
-)
+from conversation_service.agent_sessions.errors import AgentSessionConflict, UnknownConversation
+from conversation_service.agent_sessions.repository import AgentSessionRepository
+from conversation_service.agent_sessions.service import AgentSessionService
 from conversation_service.db.migrate import upgrade
 from conversation_service.db.models import AgentSessionStatus, Conversation, ConversationAgentSession, utcnow
 from conversation_service.db.repository import unit_of_work

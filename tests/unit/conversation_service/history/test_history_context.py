@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conversation_service.history import map_role
+from conversation_service.history.context import map_role
 from shared.protocol import Role
 
 
