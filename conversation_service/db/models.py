@@ -133,6 +133,11 @@ def _in(column: str, enum: type[StrEnum]) -> str:
     return f"{column} IN ({', '.join(repr(m.value) for m in enum)})"
 
 
+def _conversation_id(**options: Any) -> Mapped[str]:
+    # A row of a conversation goes when the conversation's row does.
+    return mapped_column(String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), **options)
+
+
 # --- c0001: chat ---------------------------------------------------------------------------------
 
 
@@ -170,9 +175,7 @@ class Message(Base):
     )
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(index=True)
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str] = mapped_column(Text, default="")
     status: Mapped[str] = mapped_column(String(16), default=MessageStatus.COMPLETE.value)
@@ -191,9 +194,7 @@ class ConversationFrame(Base):
 
     __tablename__ = "conversation_frames"
 
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     type: Mapped[str] = mapped_column(String(64))
     data: Mapped[dict[str, Any]] = mapped_column(JSONType)
@@ -221,9 +222,7 @@ class ConversationAgentSession(Base):
     )
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(index=True)
     # Null until the Agent Service has answered with its session id.
     agent_session_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH), unique=True)
     profile_name: Mapped[str] = mapped_column(String(EXTERNAL_ID_LENGTH), default="default")
@@ -247,9 +246,7 @@ class PendingInteraction(Base):
     )
 
     question_id: Mapped[str] = mapped_column(String(EXTERNAL_ID_LENGTH), primary_key=True)
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(index=True)
     agent_session_row_id: Mapped[str] = mapped_column(
         String(ID_LENGTH), ForeignKey("conversation_agent_sessions.id", ondelete="CASCADE"), index=True
     )
@@ -315,9 +312,7 @@ class Turn(Base):
     )
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(index=True)
     kind: Mapped[str | None] = mapped_column(String(16))  # null until the message is routed
     status: Mapped[str] = mapped_column(String(16), default=TurnStatus.RUNNING.value)
     owner_id: Mapped[str | None] = mapped_column(String(64))
@@ -340,9 +335,7 @@ class ConversationSummary(Base):
 
     __tablename__ = "conversation_summaries"
 
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(primary_key=True)
     covered_message_count: Mapped[int] = mapped_column(Integer, default=0)
     last_covered_message_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     summary: Mapped[str] = mapped_column(Text, default="")
