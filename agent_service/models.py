@@ -103,6 +103,3 @@ def next_seq(session: AgentSession) -> int:
     """The first seq no reader of ``session`` can have seen: after the log and after every seq a
     run may have published without writing it (the hole a crash leaves)."""
     return max(session.last_seq, session.seq_reserved or 0) + 1
-
-
-__all__ = ["AgentEvent", "AgentRun", "AgentSession", "Base", "UTCDateTime", "next_seq"]

@@ -7,8 +7,6 @@ import asyncio
 from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 
-__all__ = ["KeyedLock"]
-
 
 class KeyedLock:
     def __init__(self) -> None:
