@@ -85,11 +85,6 @@ class AgentSessionRepository(Repository):
             await self.session.flush()
         return row
 
-    async def get_by_id(self, row_id: str) -> ConversationAgentSession | None:
-        return await self.session.scalar(
-            select(ConversationAgentSession).where(ConversationAgentSession.id == row_id)
-        )
-
     async def get_by_agent_session_id(self, agent_session_id: str) -> ConversationAgentSession | None:
         return await self.session.scalar(
             select(ConversationAgentSession).where(

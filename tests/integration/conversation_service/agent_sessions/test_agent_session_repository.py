@@ -62,13 +62,13 @@ async def test_create_and_look_up_by_either_id(sessionmaker: async_sessionmaker)
 
     async with sessionmaker() as session:
         repo = AgentSessionRepository(session)
-        by_id = await repo.get_by_id(row_id)
+        by_id = await session.get(ConversationAgentSession, row_id)
         by_agent = await repo.get_by_agent_session_id("as-123")
         open_one = await repo.get_open_for_conversation(conversation_id)
         assert by_id is not None and by_agent is not None and open_one is not None
         assert by_id.id == by_agent.id == open_one.id == row_id
         assert by_id.agent_session_id == "as-123"
-        assert await repo.get_by_id("missing") is None
+        assert await session.get(ConversationAgentSession, "missing") is None
         assert await repo.get_by_agent_session_id("as-unknown") is None
 
 
@@ -141,7 +141,7 @@ async def test_status_changes(sessionmaker) -> None:
         assert await repo.get_open_for_conversation(conversation_id) is None
 
     async with sessionmaker() as session:
-        stored = await AgentSessionRepository(session).get_by_id(row.id)
+        stored = await session.get(ConversationAgentSession, row.id)
         assert stored is not None and stored.status == "COMPLETED"
 
 
@@ -160,7 +160,7 @@ async def test_touch_and_event_seq(sessionmaker) -> None:
         assert await repo.advance_event_seq(row.id, 6)
 
     async with sessionmaker() as session:
-        stored = await AgentSessionRepository(session).get_by_id(row.id)
+        stored = await session.get(ConversationAgentSession, row.id)
         assert stored is not None and (stored.status, stored.last_event_seq) == ("ACTIVE", 6)
 
 
