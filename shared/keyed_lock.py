@@ -16,10 +16,6 @@ class KeyedLock:
         """How many keys are held or waited for."""
         return len(self._locks)
 
-    def locked(self, key: Hashable) -> bool:
-        entry = self._locks.get(key)
-        return entry is not None and entry[0].locked()
-
     @asynccontextmanager
     async def __call__(self, key: Hashable) -> AsyncIterator[None]:
         lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
