@@ -14,7 +14,7 @@ session, so every relationship a query needs is loaded explicitly (``selectinloa
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -22,7 +22,6 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     CheckConstraint,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
@@ -34,8 +33,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
-from sqlalchemy.types import TypeDecorator
 
+from shared.db import UTCDateTime
 from shared.protocol import utcnow
 
 ID_LENGTH = 36  # a UUID in its canonical text form
@@ -52,31 +51,6 @@ NAMING_CONVENTION = {
 
 def new_id() -> str:
     return str(uuid.uuid4())
-
-
-class UTCDateTime(TypeDecorator):
-    """A timestamp that is always timezone-aware UTC in Python.
-
-    SQLite stores no offset and hands back naive datetimes; PostgreSQL stores ``timestamptz``.
-    Normalising here means comparisons never mix naive and aware values on either backend.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
 
 
 # JSON on SQLite, JSONB on PostgreSQL (indexable, compact).
