@@ -7,30 +7,13 @@ the session's ``seq``.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, TypeDecorator
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-
-class UTCDateTime(TypeDecorator):
-    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
-        if value is not None and value.tzinfo is not None:
-            value = value.astimezone(UTC)
-            if dialect.name == "sqlite":
-                value = value.replace(tzinfo=None)
-        return value
-
-    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return value
+from shared.db import UTCDateTime
 
 
 class Base(DeclarativeBase):
@@ -103,6 +86,3 @@ def next_seq(session: AgentSession) -> int:
     """The first seq no reader of ``session`` can have seen: after the log and after every seq a
     run may have published without writing it (the hole a crash leaves)."""
     return max(session.last_seq, session.seq_reserved or 0) + 1
-
-
-__all__ = ["AgentEvent", "AgentRun", "AgentSession", "Base", "UTCDateTime", "next_seq"]

@@ -116,6 +116,4 @@ class AgentServiceSettings(BaseSettings):
 
     @property
     def should_migrate_on_start(self) -> bool:
-        if self.migrate_on_start is not None:
-            return self.migrate_on_start
-        return is_sqlite(self.database_url)
+        return self.migrate_on_start if self.migrate_on_start is not None else is_sqlite(self.database_url)

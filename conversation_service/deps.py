@@ -7,8 +7,8 @@ coroutines: FastAPI runs a plain function dependency in a worker thread).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
 
 from fastapi import Depends, Path
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -19,6 +19,7 @@ from conversation_service.agent_client import AgentServiceClient
 from conversation_service.auth.tokens import AuthenticatedUser, verify_token
 from conversation_service.conversations.service import get_owned_conversation
 from conversation_service.db.models import Conversation
+from conversation_service.db.repository import unit_of_work
 from conversation_service.dead_letters.replay import DeadLetterReplayer
 from conversation_service.errors import Unauthorized
 from conversation_service.interactions.service import AnswerService
@@ -29,56 +30,26 @@ from conversation_service.reply_control.service import ReplyControl
 from conversation_service.settings import ConversationSettings
 
 
-async def _settings(conn: HTTPConnection) -> ConversationSettings:
-    return conn.app.state.settings
+def _state(name: str, part: str | None = None) -> Callable[[HTTPConnection], Awaitable[Any]]:
+    """A dependency that reads ``app.state.<name>`` (and its ``<part>``)."""
+
+    async def started_part(conn: HTTPConnection) -> Any:
+        value = getattr(conn.app.state, name)
+        return value if part is None else getattr(value, part)
+
+    return started_part
 
 
-async def _metrics(conn: HTTPConnection) -> ConversationMetrics:
-    return conn.app.state.metrics
-
-
-async def _storage(conn: HTTPConnection) -> Storage:
-    return conn.app.state.storage
-
-
-async def _realtime(conn: HTTPConnection) -> Realtime:
-    return conn.app.state.realtime
-
-
-async def _agent(conn: HTTPConnection) -> AgentParts:
-    return conn.app.state.agent
-
-
-async def _messages(conn: HTTPConnection) -> MessageService:
-    return conn.app.state.messages
-
-
-async def _answers(conn: HTTPConnection) -> AnswerService:
-    return conn.app.state.agent.answers
-
-
-async def _dead_letters(conn: HTTPConnection) -> DeadLetterReplayer:
-    return conn.app.state.dead_letters
-
-
-async def _reply_control(conn: HTTPConnection) -> ReplyControl:
-    return conn.app.state.reply_control
-
-
-async def _agent_client(conn: HTTPConnection) -> AgentServiceClient:
-    return conn.app.state.agent_client
-
-
-SettingsDep = Annotated[ConversationSettings, Depends(_settings)]
-MetricsDep = Annotated[ConversationMetrics, Depends(_metrics)]
-StorageDep = Annotated[Storage, Depends(_storage)]
-RealtimeDep = Annotated[Realtime, Depends(_realtime)]
-AgentDep = Annotated[AgentParts, Depends(_agent)]
-MessageServiceDep = Annotated[MessageService, Depends(_messages)]
-AnswerServiceDep = Annotated[AnswerService, Depends(_answers)]
-DeadLetterReplayerDep = Annotated[DeadLetterReplayer, Depends(_dead_letters)]
-AgentClientDep = Annotated[AgentServiceClient, Depends(_agent_client)]
-ReplyControlDep = Annotated[ReplyControl, Depends(_reply_control)]
+SettingsDep = Annotated[ConversationSettings, Depends(_state("settings"))]
+MetricsDep = Annotated[ConversationMetrics, Depends(_state("metrics"))]
+StorageDep = Annotated[Storage, Depends(_state("storage"))]
+RealtimeDep = Annotated[Realtime, Depends(_state("realtime"))]
+AgentDep = Annotated[AgentParts, Depends(_state("agent"))]
+MessageServiceDep = Annotated[MessageService, Depends(_state("messages"))]
+AnswerServiceDep = Annotated[AnswerService, Depends(_state("agent", "answers"))]
+DeadLetterReplayerDep = Annotated[DeadLetterReplayer, Depends(_state("dead_letters"))]
+AgentClientDep = Annotated[AgentServiceClient, Depends(_state("agent_client"))]
+ReplyControlDep = Annotated[ReplyControl, Depends(_state("reply_control"))]
 
 
 async def get_session(storage: StorageDep) -> AsyncIterator[AsyncSession]:
@@ -87,13 +58,8 @@ async def get_session(storage: StorageDep) -> AsyncIterator[AsyncSession]:
     Used with ``scope="function"``: the commit runs when the route returns, before the response
     is sent. With the default (request) scope it ran after the response, so a client that acted
     on a 201 at once (opening the new conversation's WebSocket) could find no row yet."""
-    async with storage.sessionmaker() as session:
-        try:
-            yield session
-            await session.commit()
-        except BaseException:
-            await session.rollback()
-            raise
+    async with unit_of_work(storage.sessionmaker) as session:
+        yield session
 
 
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]

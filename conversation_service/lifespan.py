@@ -108,7 +108,7 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 storage.sessionmaker, llm, realtime.publisher, metrics.direct,
                 history_messages=settings.direct_history_messages,
                 system_prompt=settings.direct_llm_system_prompt, max_tokens=settings.direct_llm_max_tokens,
-                limiter=await stack.enter_async_context(build_rate_limits(settings)),
+                limiter=build_rate_limits(stack, settings),
                 model=default_model(settings.llm, llm), stops=leases.stops,
             )
             agent = app.state.agent = await stack.enter_async_context(
@@ -162,16 +162,13 @@ async def build_llm(settings: ConversationSettings) -> AsyncIterator[LLMProvider
             await llm.aclose()
 
 
-@asynccontextmanager
-async def build_rate_limits(settings: ConversationSettings) -> AsyncIterator[RateLimiter | None]:
+def build_rate_limits(stack: AsyncExitStack, settings: ConversationSettings) -> RateLimiter | None:
     """The Agent Service's limits (the same AGENT_SERVICE_RATE_LIMIT_* variables) on direct replies;
     with REDIS_URL they draw on the same budget as the agent's own calls."""
     limiter = build_limiter(settings.rate_limit, settings.redis_url)
-    try:
-        yield limiter
-    finally:
-        if limiter is not None:
-            await limiter.aclose()
+    if limiter is not None:
+        stack.push_async_callback(limiter.aclose)
+    return limiter
 
 
 @asynccontextmanager

@@ -118,9 +118,8 @@ class ConversationSettings(BaseSettings):
 
     @property
     def should_migrate_on_start(self) -> bool:
-        if self.migrate_on_start is not None:
-            return self.migrate_on_start
-        return is_sqlite(self.conversation_database_url)
+        migrate = self.migrate_on_start
+        return migrate if migrate is not None else is_sqlite(self.conversation_database_url)
 
     @property
     def uses_dev_jwt_secret(self) -> bool:

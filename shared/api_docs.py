@@ -19,8 +19,6 @@ from fastapi.staticfiles import StaticFiles
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-__all__ = ["ASSETS_DIR", "ASSETS_URL", "install_api_docs"]
-
 ASSETS_DIR = Path(fastapi_offline.__file__).resolve().parent / "static"
 ASSETS_URL = "/docs/assets"
 DOCS_URL = "/docs"

@@ -13,8 +13,6 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MAX_EXPRESSION_CHARS", "ExpressionError", "evaluate", "parse"]
-
 MAX_EXPRESSION_CHARS = 200
 MAX_DEPTH = 30
 MAX_EXPONENT = 1000

@@ -15,8 +15,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.protocol import MAX_CONTENT_CHARS
 
-__all__ = ["BodySizeLimitMiddleware", "over_content_cap"]
-
 
 def over_content_cap(errors: Iterable[Mapping[str, Any]]) -> bool:
     """Whether a validation failed because a text (a message, an answer) is longer than

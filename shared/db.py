@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
-from sqlalchemy import event
+from sqlalchemy import DateTime, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.types import TypeDecorator
 
 from shared.fastpath.sqlite_gate import gate_writers
 
@@ -21,6 +23,31 @@ def ensure_sqlite_dir(url: str) -> None:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+
+
+class UTCDateTime(TypeDecorator):
+    """A timestamp that is always timezone-aware UTC in Python.
+
+    SQLite stores no offset and hands back naive datetimes; PostgreSQL stores ``timestamptz``.
+    Normalising here means comparisons never mix naive and aware values on either backend.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
 
 def json_dumps(value: Any) -> str:

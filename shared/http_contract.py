@@ -23,9 +23,6 @@ from starlette.routing import Match
 from shared.protocol import ErrorBody, EventType
 from shared.sse import SSE_MEDIA_TYPE
 
-__all__ = ["BODY_ERRORS", "HTTP_ERROR_NAMES", "METRICS_RESPONSE", "allowed_methods", "errors", "event_stream",
-           "http_error", "install_openapi"]
-
 _ERROR_SCHEMA_REF = {"$ref": "#/components/schemas/ErrorBody"}
 
 # Prometheus' text exposition format, not JSON.

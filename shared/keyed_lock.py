@@ -7,8 +7,6 @@ import asyncio
 from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 
-__all__ = ["KeyedLock"]
-
 
 class KeyedLock:
     def __init__(self) -> None:
@@ -17,10 +15,6 @@ class KeyedLock:
     def __len__(self) -> int:
         """How many keys are held or waited for."""
         return len(self._locks)
-
-    def locked(self, key: Hashable) -> bool:
-        entry = self._locks.get(key)
-        return entry is not None and entry[0].locked()
 
     @asynccontextmanager
     async def __call__(self, key: Hashable) -> AsyncIterator[None]:

@@ -9,8 +9,6 @@ from typing import Any, Generic, TypeVar
 
 M = TypeVar("M")
 
-__all__ = ["Labelled"]
-
 
 class Labelled(Generic[M]):
     def __init__(self, metric: Any, label: str) -> None:

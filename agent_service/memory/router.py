@@ -40,9 +40,7 @@ def _store(memory: LongTermMemory | None):
 @router.get("", response_model=MemoryList, responses=_ERRORS)
 async def list_memory(_: ApiKey, memory: MemoryDep, user_id: UserId, org_id: OrgId = None) -> MemoryList:
     memories = await _store(memory).list(Owner(user_id, org_id), MAX_LISTED)
-    return MemoryList(items=[
-        MemoryItem(id=m.id, content=m.content, created_at=m.created_at, session_id=m.session_id) for m in memories
-    ])
+    return MemoryList(items=[MemoryItem.model_validate(m, from_attributes=True) for m in memories])
 
 
 @router.delete("", response_model=MemoryDeleted, responses=_ERRORS)

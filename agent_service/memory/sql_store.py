@@ -9,8 +9,8 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, Text, delete, i
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.memory.store import Candidate, Memory, Owner
-from agent_service.models import UTCDateTime
 from agent_service.tools.knowledge.repository import query_terms
+from shared.db import UTCDateTime
 
 metadata = MetaData()
 

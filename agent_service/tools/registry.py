@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -11,7 +11,6 @@ from agent_service.tools.base import Tool, ToolError
 from agent_service.tools.calculator import CalculatorTool
 from agent_service.tools.current_time import CurrentTimeTool
 from agent_service.tools.knowledge_search import KnowledgeSearchTool
-from shared.llm.base import ToolSpec
 
 
 class UnknownToolError(ToolError, LookupError):
@@ -30,24 +29,11 @@ class ToolRegistry:
                 raise ValueError(f"two tools are named {tool.name!r}")
             self._tools[tool.name] = tool
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._tools
-
-    def __len__(self) -> int:
-        return len(self._tools)
-
-    def names(self) -> list[str]:
-        return list(self._tools)
-
     def get(self, name: str) -> Tool:
         try:
             return self._tools[name]
         except KeyError:
             raise UnknownToolError(name, self._tools) from None
-
-    def specs(self, names: Sequence[str] | None = None) -> list[ToolSpec]:
-        """Specs of ``names`` in that order (all tools when None); an unknown name raises."""
-        return [self.get(name).spec() for name in (self.names() if names is None else names)]
 
 
 def build_registry(sessionmaker: async_sessionmaker) -> ToolRegistry:

@@ -13,16 +13,6 @@ class AgentSessionConflict(Conflict):
     error = "agent_session_conflict"
 
 
-class InvalidAgentSessionTransition(Conflict):
-    """A status change from a state that does not allow it (a finished session never reopens)."""
-
-    error = "invalid_agent_session_transition"
-
-
-class AgentSessionNotFound(NotFound):
-    error = "agent_session_not_found"
-
-
 class UnknownConversation(NotFound):
     """The conversation to correlate with does not exist (anymore)."""
 

@@ -26,7 +26,6 @@ from conversation_service.db.models import (
 from conversation_service.db.repository import Repository
 
 _OPEN = [status.value for status in NON_TERMINAL_AGENT_SESSION_STATUSES]
-MAX_STALE_BATCH = 1000
 
 
 def _domain_error(exc: IntegrityError) -> Exception | None:
@@ -86,11 +85,6 @@ class AgentSessionRepository(Repository):
             await self.session.flush()
         return row
 
-    async def get_by_id(self, row_id: str) -> ConversationAgentSession | None:
-        return await self.session.scalar(
-            select(ConversationAgentSession).where(ConversationAgentSession.id == row_id)
-        )
-
     async def get_by_agent_session_id(self, agent_session_id: str) -> ConversationAgentSession | None:
         return await self.session.scalar(
             select(ConversationAgentSession).where(
@@ -121,16 +115,12 @@ class AgentSessionRepository(Repository):
         status: AgentSessionStatus,
         *,
         expected: Iterable[AgentSessionStatus] | None = None,
-        idle_before: datetime | None = None,
         now: datetime | None = None,
     ) -> ConversationAgentSession | None:
-        """Set the status (and touch the row) when its current status is one of ``expected``
-        (any open status by default) and, with ``idle_before``, it has been idle since then.
-        None when the row is missing or does not match."""
+        """Set the status (and touch the row) when its current status is one of ``expected`` (any
+        open status by default). None when the row is missing or does not match."""
         allowed = [s.value for s in expected] if expected is not None else _OPEN
         conditions = [ConversationAgentSession.id == row_id, ConversationAgentSession.status.in_(allowed)]
-        if idle_before is not None:
-            conditions.append(ConversationAgentSession.last_interaction_at < idle_before)
         values: dict[str, object] = {"status": status.value, "last_interaction_at": now or utcnow()}
         if status.value not in _OPEN:
             values["pending_question_id"] = None
@@ -171,27 +161,6 @@ class AgentSessionRepository(Repository):
         return await self._update(
             ConversationAgentSession.id == row_id, pending_question_id=question_id, last_interaction_at=utcnow()
         )
-
-    async def list_stale(
-        self,
-        before: datetime,
-        limit: int = 100,
-        *,
-        statuses: Iterable[AgentSessionStatus] = NON_TERMINAL_AGENT_SESSION_STATUSES,
-    ) -> list[ConversationAgentSession]:
-        """Open sessions with no interaction since ``before``, least recent first (uses the index
-        on ``last_interaction_at``)."""
-        limit = max(1, min(limit, MAX_STALE_BATCH))
-        result = await self.session.scalars(
-            select(ConversationAgentSession)
-            .where(
-                ConversationAgentSession.last_interaction_at < before,
-                ConversationAgentSession.status.in_([s.value for s in statuses]),
-            )
-            .order_by(ConversationAgentSession.last_interaction_at, ConversationAgentSession.id)
-            .limit(limit)
-        )
-        return list(result)
 
     async def _update(self, *conditions: ColumnElement[bool], **values: object) -> ConversationAgentSession | None:
         """The row matching ``conditions`` after setting ``values``; None when none matches."""

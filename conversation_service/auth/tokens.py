@@ -25,16 +25,11 @@ class AuthenticatedUser:
     permissions: tuple[str, ...] = field(default_factory=tuple)
 
 
-def issue_token(
-    secret: str, user_id: str, org_id: str | None = None, *, ttl_s: int = 3600,
-    permissions: list[str] | None = None,
-) -> str:
+def issue_token(secret: str, user_id: str, org_id: str | None = None, *, ttl_s: int = 3600) -> str:
     now = int(time.time())
     claims: dict[str, object] = {"sub": user_id, "iat": now, "exp": now + ttl_s}
     if org_id:
         claims["org"] = org_id
-    if permissions:
-        claims["permissions"] = list(permissions)
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 

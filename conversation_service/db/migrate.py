@@ -10,7 +10,6 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import inspect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from shared.db import create_engine
@@ -42,18 +41,6 @@ async def upgrade(engine: AsyncEngine, revision: str = HEAD) -> None:
 
 async def downgrade(engine: AsyncEngine, revision: str) -> None:
     await _run(engine, command.downgrade, revision)
-
-
-async def current_revision(engine: AsyncEngine) -> str | None:
-    from alembic.runtime.migration import MigrationContext
-
-    async with engine.connect() as conn:
-        return await conn.run_sync(lambda c: MigrationContext.configure(c).get_current_revision())
-
-
-async def table_names(engine: AsyncEngine) -> set[str]:
-    async with engine.connect() as conn:
-        return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
 
 
 async def upgrade_url(url: str, revision: str = HEAD) -> None:

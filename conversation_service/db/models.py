@@ -14,7 +14,7 @@ session, so every relationship a query needs is loaded explicitly (``selectinloa
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -22,7 +22,6 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     CheckConstraint,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
@@ -34,7 +33,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
-from sqlalchemy.types import TypeDecorator
+
+from shared.db import UTCDateTime
+from shared.protocol import utcnow
 
 ID_LENGTH = 36  # a UUID in its canonical text form
 EXTERNAL_ID_LENGTH = 128  # ids minted elsewhere (users, orgs, agent sessions): shared.protocol.MAX_ID_CHARS
@@ -50,35 +51,6 @@ NAMING_CONVENTION = {
 
 def new_id() -> str:
     return str(uuid.uuid4())
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class UTCDateTime(TypeDecorator):
-    """A timestamp that is always timezone-aware UTC in Python.
-
-    SQLite stores no offset and hands back naive datetimes; PostgreSQL stores ``timestamptz``.
-    Normalising here means comparisons never mix naive and aware values on either backend.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
 
 
 # JSON on SQLite, JSONB on PostgreSQL (indexable, compact).
@@ -135,6 +107,11 @@ def _in(column: str, enum: type[StrEnum]) -> str:
     return f"{column} IN ({', '.join(repr(m.value) for m in enum)})"
 
 
+def _conversation_id(**options: Any) -> Mapped[str]:
+    # A row of a conversation goes when the conversation's row does.
+    return mapped_column(String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), **options)
+
+
 # --- c0001: chat ---------------------------------------------------------------------------------
 
 
@@ -172,9 +149,7 @@ class Message(Base):
     )
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(index=True)
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str] = mapped_column(Text, default="")
     status: Mapped[str] = mapped_column(String(16), default=MessageStatus.COMPLETE.value)
@@ -193,9 +168,7 @@ class ConversationFrame(Base):
 
     __tablename__ = "conversation_frames"
 
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     type: Mapped[str] = mapped_column(String(64))
     data: Mapped[dict[str, Any]] = mapped_column(JSONType)
@@ -223,9 +196,7 @@ class ConversationAgentSession(Base):
     )
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True, default=new_id)
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(index=True)
     # Null until the Agent Service has answered with its session id.
     agent_session_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH), unique=True)
     profile_name: Mapped[str] = mapped_column(String(EXTERNAL_ID_LENGTH), default="default")
@@ -249,9 +220,7 @@ class PendingInteraction(Base):
     )
 
     question_id: Mapped[str] = mapped_column(String(EXTERNAL_ID_LENGTH), primary_key=True)
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(index=True)
     agent_session_row_id: Mapped[str] = mapped_column(
         String(ID_LENGTH), ForeignKey("conversation_agent_sessions.id", ondelete="CASCADE"), index=True
     )
@@ -317,9 +286,7 @@ class Turn(Base):
     )
 
     id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(index=True)
     kind: Mapped[str | None] = mapped_column(String(16))  # null until the message is routed
     status: Mapped[str] = mapped_column(String(16), default=TurnStatus.RUNNING.value)
     owner_id: Mapped[str | None] = mapped_column(String(64))
@@ -342,35 +309,10 @@ class ConversationSummary(Base):
 
     __tablename__ = "conversation_summaries"
 
-    conversation_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
-    )
+    conversation_id: Mapped[str] = _conversation_id(primary_key=True)
     covered_message_count: Mapped[int] = mapped_column(Integer, default=0)
     last_covered_message_id: Mapped[str | None] = mapped_column(String(ID_LENGTH))
     summary: Mapped[str] = mapped_column(Text, default="")
     token_count: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
-
-__all__ = [
-    "NON_TERMINAL_AGENT_SESSION_STATUSES",
-    "AgentSessionStatus",
-    "Base",
-    "Conversation",
-    "ConversationAgentSession",
-    "ConversationFrame",
-    "ConversationSummary",
-    "DeadLetter",
-    "InteractionKind",
-    "InteractionStatus",
-    "Message",
-    "MessageRole",
-    "MessageStatus",
-    "PendingInteraction",
-    "Turn",
-    "TurnKind",
-    "TurnStatus",
-    "UTCDateTime",
-    "new_id",
-    "utcnow",
-]

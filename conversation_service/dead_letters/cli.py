@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import sys
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -87,15 +88,10 @@ def letter_line(letter: DeadLetter) -> str:
 
 
 def letter_dict(letter: DeadLetter) -> dict[str, Any]:
-    return {
-        "id": letter.id, "conversation_id": letter.conversation_id, "message_id": letter.message_id,
-        "agent_session_id": letter.agent_session_id, "error_code": letter.error_code,
-        "error_detail": letter.error_detail, "attempts": letter.attempts, "payload": letter.payload,
-        "created_at": letter.created_at.isoformat(),
-        "replayed_at": letter.replayed_at.isoformat() if letter.replayed_at else None,
-        "replay_outcome": letter.replay_outcome, "replay_detail": letter.replay_detail,
-        "state": letter_state(letter),
-    }
+    """Every column of the letter (times in ISO 8601) and its state."""
+    columns = {column.key: getattr(letter, column.key) for column in DeadLetter.__table__.columns}
+    shown = {key: value.isoformat() if isinstance(value, datetime) else value for key, value in columns.items()}
+    return {**shown, "state": letter_state(letter)}
 
 
 def _replay(settings: ConversationSettings, args: argparse.Namespace) -> None:

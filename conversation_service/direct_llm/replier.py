@@ -113,7 +113,8 @@ class DirectLLMReplier:
                     current = asyncio.current_task()
                     if current is not None:
                         current.uncancel()
-                    return await self._stopped(conversation_id, message, "".join(parts))
+                    stopped = MessageStatus.STOPPED
+                    return await self._completed(conversation_id, message, "".join(parts), stopped)
             if self._limiter is not None and message.content:
                 await self._limiter.record_output(conversation.org_id, self._model, count_tokens(message.content))
             return message
@@ -162,32 +163,27 @@ class DirectLLMReplier:
             if aclose is not None:
                 await aclose()
 
-        content = "".join(parts)
-        async with unit_of_work(self._sessionmaker) as session:
-            await MessageRepository(session).finish(message.id, content=content, status=MessageStatus.COMPLETE.value)
-        await self._publisher.emit(
-            conversation_id,
-            FrameType.MESSAGE_COMPLETED,
-            {"message_id": message.id, "content": content, "status": MessageStatus.COMPLETE.value},
-            boundary=True,
-        )
-        self._metrics.replies["ok"].inc()
-        message.content, message.status = content, MessageStatus.COMPLETE.value
-        return message
+        return await self._completed(conversation_id, message, "".join(parts), MessageStatus.COMPLETE)
 
-    async def _stopped(self, conversation_id: str, message: Message, content: str) -> Message:
-        """End the reply the user stopped: its text so far is the message, every client is told."""
+    async def _completed(
+        self, conversation_id: str, message: Message, content: str, status: MessageStatus
+    ) -> Message:
+        """End the reply ``complete``, or ``stopped`` by the user with its text so far: every client
+        is told."""
         async with unit_of_work(self._sessionmaker) as session:
-            await MessageRepository(session).finish(message.id, content=content, status=MessageStatus.STOPPED.value)
+            await MessageRepository(session).finish(message.id, content=content, status=status.value)
         await self._publisher.emit(
             conversation_id,
             FrameType.MESSAGE_COMPLETED,
-            {"message_id": message.id, "content": content, "status": MessageStatus.STOPPED.value},
+            {"message_id": message.id, "content": content, "status": status.value},
             boundary=True,
         )
-        self._metrics.replies["stopped"].inc()
-        log.info("direct reply stopped by the user", extra={"message_id": message.id})
-        message.content, message.status = content, MessageStatus.STOPPED.value
+        if status is MessageStatus.STOPPED:
+            self._metrics.replies["stopped"].inc()
+            log.info("direct reply stopped by the user", extra={"message_id": message.id})
+        else:
+            self._metrics.replies["ok"].inc()
+        message.content, message.status = content, status.value
         return message
 
     async def _fail(

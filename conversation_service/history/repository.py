@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -48,12 +48,6 @@ class SummaryRepository(Repository):
         await self.session.execute(statement)
         await self.session.flush()
 
-    async def delete_for_conversation(self, conversation_id: str) -> None:
-        await self.session.execute(
-            delete(ConversationSummary).where(ConversationSummary.conversation_id == conversation_id)
-        )
-        await self.session.flush()
-
 
 class DatabaseSummaryCache:
     """``SummaryCache`` on the database. Each operation is its own short unit of work: a cached
@@ -75,7 +69,3 @@ class DatabaseSummaryCache:
             logger.info(
                 "summary not cached: conversation is gone", extra={"conversation_id": entry.conversation_id}
             )
-
-    async def delete(self, conversation_id: str) -> None:
-        async with unit_of_work(self._sessionmaker) as session:
-            await SummaryRepository(session).delete_for_conversation(conversation_id)

@@ -27,8 +27,6 @@ class SummaryCache(Protocol):
 
     async def put(self, entry: CachedSummary) -> None: ...  # insert or replace
 
-    async def delete(self, conversation_id: str) -> None: ...
-
 
 class InMemorySummaryCache:
     """Per process, bounded (least recently used entries go first). For one replica or tests."""
@@ -50,6 +48,3 @@ class InMemorySummaryCache:
         self._entries.move_to_end(entry.conversation_id)
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
-
-    async def delete(self, conversation_id: str) -> None:
-        self._entries.pop(conversation_id, None)

@@ -16,26 +16,10 @@ IN_PROMPTS = or_(
 
 
 class MessageRepository(Repository):
-    async def create(
-        self,
-        *,
-        conversation_id: str,
-        role: str,
-        content: str,
-        status: str = MessageStatus.COMPLETE.value,
-        client_message_id: str | None = None,
-        agent_session_id: str | None = None,
-        agent_metadata: dict[str, Any] | None = None,
-    ) -> Message:
-        message = Message(
-            conversation_id=conversation_id,
-            role=role,
-            content=content,
-            status=status,
-            client_message_id=client_message_id,
-            agent_session_id=agent_session_id,
-            agent_metadata=agent_metadata,
-        )
+    async def create(self, *, conversation_id: str, role: str, content: str, **columns: Any) -> Message:
+        """A new message; ``columns`` are its other columns (``status``, ``client_message_id``,
+        ``agent_session_id``, ``agent_metadata``), each defaulting as the model says."""
+        message = Message(conversation_id=conversation_id, role=role, content=content, **columns)
         self.session.add(message)
         await self.session.flush()
         return message

@@ -135,9 +135,8 @@ class ReplyControl:
 def _stoppable(message: Message) -> tuple[str, str | None]:
     metadata = message.agent_metadata or {}
     turn_id = metadata.get("in_reply_to")
-    if message.role != MessageRole.ASSISTANT.value or message.status != MessageStatus.STREAMING.value:
-        raise Conflict(NOT_STREAMING)
-    if not isinstance(turn_id, str):
+    streaming = message.role == MessageRole.ASSISTANT.value and message.status == MessageStatus.STREAMING.value
+    if not streaming or not isinstance(turn_id, str):
         raise Conflict(NOT_STREAMING)
     agent = metadata.get("path") == "agent" and message.agent_session_id
     return turn_id, message.agent_session_id if agent else None

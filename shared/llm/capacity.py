@@ -16,8 +16,6 @@ from contextlib import asynccontextmanager
 
 from shared.llm.base import LLMTimeoutError
 
-__all__ = ["ConnectionSlots"]
-
 
 class ConnectionSlots:
     def __init__(

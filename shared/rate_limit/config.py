@@ -87,13 +87,9 @@ class RateLimitConfig:
 
     @classmethod
     def from_settings(cls, settings: RateLimitSettings) -> RateLimitConfig:
-        defaults = Limits(
-            requests=settings.requests, input_tokens=settings.input_tokens, output_tokens=settings.output_tokens,
-            window_s=settings.window_s,
-        )
-        if settings.overrides_file is None:
-            return cls(defaults)
-        return cls(defaults, load_overrides(settings.overrides_file))
+        defaults = Limits(**settings.model_dump(include=set(Limits.model_fields)))
+        overrides = settings.overrides_file
+        return cls(defaults, load_overrides(overrides) if overrides is not None else None)
 
     def limits_for(self, org: str | None, model: str) -> Limits:
         org_limits = self.organisations.get(org) if org is not None else None

@@ -90,34 +90,25 @@ def scan(sources: Sequence[Path]) -> tuple[list[KnowledgeDocument], int]:
     return list(documents.values()), skipped
 
 
-class KnowledgeIndexer:
-    def __init__(self, sessionmaker: async_sessionmaker, sources: Sequence[Path]) -> None:
-        self.sessionmaker = sessionmaker
-        self.sources = list(sources)
-
-    async def reindex(self) -> IndexReport:
-        documents, skipped = await asyncio.to_thread(scan, self.sources)
-        added = updated = unchanged = 0
-        async with self.sessionmaker() as session, session.begin():
-            repository = KnowledgeRepository(session)
-            existing = await repository.hashes_by_path()
-            for document in documents:
-                known = existing.get(document.path)
-                if known == document.content_hash:
-                    unchanged += 1
-                    continue
-                await repository.upsert(document)
-                if known is None:
-                    added += 1
-                else:
-                    updated += 1
-            removed = await repository.delete_paths(set(existing) - {d.path for d in documents})
-        report = IndexReport(added=added, updated=updated, unchanged=unchanged, removed=removed, skipped=skipped)
-        logger.info("knowledge indexed", extra={"documents": len(documents), **asdict(report)})
-        return report
-
-
 async def index_knowledge(sessionmaker: async_sessionmaker, knowledge_dir: Path | None = None) -> IndexReport:
     """Start-up entry point: (re)load ``knowledge_dir`` (the defaults when None) into the database."""
     sources = [knowledge_dir] if knowledge_dir is not None else list(DEFAULT_KNOWLEDGE_SOURCES)
-    return await KnowledgeIndexer(sessionmaker, sources).reindex()
+    documents, skipped = await asyncio.to_thread(scan, sources)
+    added = updated = unchanged = 0
+    async with sessionmaker() as session, session.begin():
+        repository = KnowledgeRepository(session)
+        existing = await repository.hashes_by_path()
+        for document in documents:
+            known = existing.get(document.path)
+            if known == document.content_hash:
+                unchanged += 1
+                continue
+            await repository.upsert(document)
+            if known is None:
+                added += 1
+            else:
+                updated += 1
+        removed = await repository.delete_paths(set(existing) - {d.path for d in documents})
+    report = IndexReport(added=added, updated=updated, unchanged=unchanged, removed=removed, skipped=skipped)
+    logger.info("knowledge indexed", extra={"documents": len(documents), **asdict(report)})
+    return report

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, Text, delete, func, select, text
+from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, Text, delete, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -121,9 +121,6 @@ class KnowledgeRepository:
             return 0
         result = await self.session.execute(delete(knowledge_documents).where(knowledge_documents.c.path.in_(paths)))
         return result.rowcount or 0
-
-    async def count(self) -> int:
-        return (await self.session.execute(select(func.count()).select_from(knowledge_documents))).scalar_one()
 
     async def search(self, terms: list[str], limit: int) -> list[SearchHit]:
         """Documents matching any of ``terms``, best first (more and rarer terms rank higher; a hit in

@@ -1,5 +1,5 @@
 """conversation_agent_sessions on SQLite and PostgreSQL, migrated to head: correlation lookups,
-status rules, stale listing, and the one-open-session-per-conversation guarantee under load."""
+conditional status changes, and the one-open-session-per-conversation guarantee under load."""
 
 from __future__ import annotations
 
@@ -12,14 +12,9 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from conversation_service.agent_sessions import (
-    AgentSessionConflict,
-    AgentSessionNotFound,
-    AgentSessionRepository,
-    AgentSessionService,
-    InvalidAgentSessionTransition,
-    UnknownConversation,
-)
+from conversation_service.agent_sessions.errors import AgentSessionConflict, UnknownConversation
+from conversation_service.agent_sessions.repository import AgentSessionRepository
+from conversation_service.agent_sessions.service import AgentSessionService
 from conversation_service.db.migrate import upgrade
 from conversation_service.db.models import AgentSessionStatus, Conversation, ConversationAgentSession, utcnow
 from conversation_service.db.repository import unit_of_work
@@ -67,13 +62,13 @@ async def test_create_and_look_up_by_either_id(sessionmaker: async_sessionmaker)
 
     async with sessionmaker() as session:
         repo = AgentSessionRepository(session)
-        by_id = await repo.get_by_id(row_id)
+        by_id = await session.get(ConversationAgentSession, row_id)
         by_agent = await repo.get_by_agent_session_id("as-123")
         open_one = await repo.get_open_for_conversation(conversation_id)
         assert by_id is not None and by_agent is not None and open_one is not None
         assert by_id.id == by_agent.id == open_one.id == row_id
         assert by_id.agent_session_id == "as-123"
-        assert await repo.get_by_id("missing") is None
+        assert await session.get(ConversationAgentSession, "missing") is None
         assert await repo.get_by_agent_session_id("as-unknown") is None
 
 
@@ -89,12 +84,12 @@ async def test_second_open_session_is_a_conflict_and_the_transaction_survives(se
         assert (await repo.get_open_for_conversation(conversation_id)).id == first.id  # type: ignore[union-attr]
 
     async with unit_of_work(sessionmaker) as session:
-        service = AgentSessionService(session)
-        await service.transition(first.id, S.COMPLETED)
+        repo = AgentSessionRepository(session)
+        assert await repo.update_status(first.id, S.COMPLETED) is not None
         # Finished sessions do not count: the conversation may open a new one.
-        second = await service.repository.create(conversation_id)
+        second = await repo.create(conversation_id)
         assert second.id != first.id
-        latest = await service.repository.get_latest_for_conversation(conversation_id)
+        latest = await repo.get_latest_for_conversation(conversation_id)
         assert latest is not None and latest.id == second.id
     assert await _count(sessionmaker, conversation_id) == 2
 
@@ -116,81 +111,57 @@ async def test_unknown_conversation_and_duplicate_agent_session_id(sessionmaker)
         assert await repo.set_agent_session_id(other.id, "as-b") is not None
         assert await repo.set_agent_session_id(other.id, "as-b") is not None
         assert await repo.set_agent_session_id(other.id, "as-c") is None
-        service = AgentSessionService(session)
-        with pytest.raises(AgentSessionConflict):
-            await service.record_agent_session_id(other.id, "as-c")
-        with pytest.raises(AgentSessionNotFound):
-            await service.record_agent_session_id("missing", "as-d")
+        assert await repo.set_agent_session_id("missing", "as-d") is None
 
 
-async def test_status_transitions(sessionmaker) -> None:
+async def test_status_changes(sessionmaker) -> None:
     conversation_id = await _conversation(sessionmaker)
     async with unit_of_work(sessionmaker) as session:
         service = AgentSessionService(session)
+        repo = service.repository
         row, created = await service.get_or_create_open(conversation_id, profile_name="default")
         assert created
         t0 = row.last_interaction_at
-        await service.repository.set_pending_question(row.id, "q1")
-        waiting = await service.transition(row.id, S.AWAITING_USER, now=t0 + timedelta(seconds=5))
+        await repo.set_pending_question(row.id, "q1")
+        waiting = await repo.update_status(row.id, S.AWAITING_USER, now=t0 + timedelta(seconds=5))
+        assert waiting is not None
         assert (waiting.status, waiting.last_interaction_at) == ("AWAITING_USER", t0 + timedelta(seconds=5))
         assert waiting.pending_question_id == "q1"
-        # Repeating the current status is harmless.
-        assert (await service.transition(row.id, S.AWAITING_USER)).status == "AWAITING_USER"
         again, created = await service.get_or_create_open(conversation_id)
         assert (again.id, created) == (row.id, False)
-        assert (await service.transition(row.id, S.ACTIVE)).status == "ACTIVE"
-        done = await service.transition(row.id, S.COMPLETED)
-        assert done.status == "COMPLETED" and done.pending_question_id is None
-        with pytest.raises(InvalidAgentSessionTransition):
-            await service.transition(row.id, S.ACTIVE)
-        with pytest.raises(InvalidAgentSessionTransition):
-            await service.transition(row.id, S.FAILED)
-        with pytest.raises(AgentSessionNotFound):
-            await service.transition("missing", S.FAILED)
-        assert await service.open_for(conversation_id) is None
-        # The repository's own guard: only rows in an expected status change.
-        assert await service.repository.update_status(row.id, S.FAILED) is None
+        active = await repo.update_status(row.id, S.ACTIVE, expected=[S.AWAITING_USER])
+        assert active is not None and active.status == "ACTIVE"
+        # Only rows in an expected status change.
+        assert await repo.update_status(row.id, S.COMPLETED, expected=[S.AWAITING_USER]) is None
+        done = await repo.update_status(row.id, S.COMPLETED)
+        assert done is not None and done.status == "COMPLETED" and done.pending_question_id is None
+        # A finished session never reopens (open statuses are the default expectation).
+        assert await repo.update_status(row.id, S.ACTIVE) is None
+        assert await repo.update_status("missing", S.FAILED) is None
+        assert await repo.get_open_for_conversation(conversation_id) is None
 
     async with sessionmaker() as session:
-        stored = await AgentSessionRepository(session).get_by_id(row.id)
+        stored = await session.get(ConversationAgentSession, row.id)
         assert stored is not None and stored.status == "COMPLETED"
 
 
-async def test_touch_event_seq_and_stale_sessions(sessionmaker) -> None:
-    ids = [await _conversation(sessionmaker) for _ in range(4)]
+async def test_touch_and_event_seq(sessionmaker) -> None:
+    conversation_id = await _conversation(sessionmaker)
     now = utcnow()
     async with unit_of_work(sessionmaker) as session:
-        service = AgentSessionService(session)
-        repo = service.repository
-        rows = [await repo.create(cid, now=now - timedelta(minutes=10 - i)) for i, cid in enumerate(ids)]
-        await service.transition(rows[1].id, S.AWAITING_USER, now=now - timedelta(minutes=9))
-        await service.transition(rows[2].id, S.COMPLETED, now=now - timedelta(minutes=8))
-        touched = await service.touch(rows[3].id, now=now)
-        assert touched.last_interaction_at == now
-        with pytest.raises(AgentSessionNotFound):
-            await service.touch("missing")
+        repo = AgentSessionRepository(session)
+        row = await repo.create(conversation_id, now=now - timedelta(minutes=10))
+        touched = await repo.touch(row.id, now=now)
+        assert touched is not None and touched.last_interaction_at == now
+        assert await repo.touch("missing") is None
 
-        assert await repo.advance_event_seq(rows[0].id, 5)
-        assert not await repo.advance_event_seq(rows[0].id, 3)
-        assert await repo.advance_event_seq(rows[0].id, 6)
-
-        cutoff = now - timedelta(minutes=5)
-        stale = await repo.list_stale(cutoff, limit=10)
-        # Open sessions idle since before the cutoff, least recently used first; finished ones never.
-        assert [r.id for r in stale] == [rows[0].id, rows[1].id]
-        assert [r.id for r in await repo.list_stale(cutoff, limit=1)] == [rows[0].id]
-        assert [r.id for r in await repo.list_stale(cutoff, statuses=[S.AWAITING_USER])] == [rows[1].id]
-
-        abandoned = await service.abandon_stale(cutoff)
-        assert sorted(r.id for r in abandoned) == sorted([rows[0].id, rows[1].id])
-        assert await repo.list_stale(cutoff) == []
+        assert await repo.advance_event_seq(row.id, 5)
+        assert not await repo.advance_event_seq(row.id, 3)
+        assert await repo.advance_event_seq(row.id, 6)
 
     async with sessionmaker() as session:
-        repo = AgentSessionRepository(session)
-        first = await repo.get_by_id(rows[0].id)
-        assert first is not None and (first.status, first.last_event_seq) == ("ABANDONED", 6)
-        last = await repo.get_by_id(rows[3].id)
-        assert last is not None and last.status == "ACTIVE"
+        stored = await session.get(ConversationAgentSession, row.id)
+        assert stored is not None and (stored.status, stored.last_event_seq) == ("ACTIVE", 6)
 
 
 async def test_fifty_concurrent_creations_make_exactly_one_session(sessionmaker) -> None:

@@ -6,7 +6,7 @@ import random
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
-from conversation_service.history import HistoryRecord
+from conversation_service.history.schemas import HistoryRecord
 from conversation_service.history.summarizer import SUMMARIZE_SYSTEM_PROMPT
 from shared.llm.base import (
     DEFAULT_OPTIONS,

@@ -9,7 +9,9 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from conversation_service.history import HistoryExtractor, HistoryRecord, HistorySettings, HistoryStrategyName
+from conversation_service.history.extractor import HistoryExtractor
+from conversation_service.history.schemas import HistoryRecord
+from conversation_service.history.settings import HistorySettings, HistoryStrategyName
 from conversation_service.history.strategies import TRUNCATION_MARKER
 from shared.protocol import ChatMessage, Role
 from shared.tokens import count_message_tokens, count_tokens

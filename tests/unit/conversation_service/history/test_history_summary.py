@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conversation_service.history import (
-    HistoryExtractor,
-    HistoryRecord,
-    HistorySettings,
-    HistoryStrategyName,
-    InMemorySummaryCache,
-)
-from conversation_service.history.extractor import SUMMARY_PREFIX
+from conversation_service.history.extractor import SUMMARY_PREFIX, HistoryExtractor
+from conversation_service.history.schemas import HistoryRecord
+from conversation_service.history.settings import HistorySettings, HistoryStrategyName
+from conversation_service.history.summary_cache import InMemorySummaryCache
 from shared.protocol import Role
 from tests.unit.conversation_service.history.history_fixtures import ScriptedSummaryLLM, conversation
 

@@ -8,13 +8,9 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from conversation_service.routing import (
-    FALLBACK_NOTICE,
-    MessageRouter,
-    RouteReason,
-    RouteTarget,
-    RoutingSettings,
-)
+from conversation_service.routing.router import MessageRouter
+from conversation_service.routing.schemas import FALLBACK_NOTICE, RouteReason, RouteTarget
+from conversation_service.routing.settings import RoutingSettings
 
 AGENT, DIRECT = RouteTarget.AGENT, RouteTarget.DIRECT
 
