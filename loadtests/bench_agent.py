@@ -145,7 +145,7 @@ def _start_profiler(pid: int, out: Path) -> subprocess.Popen:
     if py_spy is None:
         raise RuntimeError("--profile needs py-spy on PATH")
     return subprocess.Popen(  # one child for the whole phase; stopped with SIGINT, which writes the file
-        [py_spy, "record", "--pid", str(pid), "--format", "raw", "--output", str(out), "--rate", "200", "--nonblocking"],
+        [py_spy, "record", "--pid", str(pid), "--format", "raw", "--output", str(out), "--rate", "200", "--nonblocking", "--gil"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 

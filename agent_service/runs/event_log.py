@@ -182,7 +182,7 @@ class EventLog:
             data=payload,
         )
         channel.next_seq += 1
-        self._metrics.events[type_].inc()
+        self._metrics.events.inc(type_)
         return LiveEvent(envelope, encode_envelope(envelope), created)
 
     def _publish(self, channel: SessionChannel, item: LiveEvent) -> None:
@@ -322,7 +322,7 @@ class EventLog:
         envelope = EventEnvelope(session_id=session_id, run_id=run_id, seq=seq, type=type_, ts=utcnow(), data=payload)
         await EventRepository(db).insert_many([envelope])
         await SessionRepository(db).bump_last_seq(session_id, seq)
-        self._metrics.events[type_].inc()
+        self._metrics.events.inc(type_)
         return envelope
 
     # --- the reader side ----------------------------------------------------------------------
