@@ -6,7 +6,14 @@ process, as in tests, never register the same metric twice.
 
 from __future__ import annotations
 
+import os
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from shared.labelled import Labelled
 
@@ -17,6 +24,78 @@ _OVERHEAD_BUCKETS = (
     0.00005, 0.0001, 0.00015, 0.0002, 0.0003, 0.0004, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005,
     0.01, 0.025, 0.05, 0.1, 0.25, 1,
 )
+
+
+class EventCounter(Collector):
+    """A counter by one label, counted once per event on the event loop: a plain int per label value,
+    read by the registry at scrape time. prometheus_client's ``Counter.inc`` takes a lock each call."""
+
+    def __init__(self, name: str, documentation: str, label: str, registry: CollectorRegistry) -> None:
+        self._name, self._doc, self._label = name, documentation, label
+        self._counts: dict[str, float] = {}
+        registry.register(self)
+
+    def inc(self, value: str, amount: float = 1.0) -> None:
+        self._counts[value] = self._counts.get(value, 0.0) + amount
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self._name, self._doc, labels=[self._label])
+        for value, count in list(self._counts.items()):
+            family.add_metric([str(value)], count)
+        yield family
+
+
+class EventHistogram(Collector):
+    """A histogram observed once per event on the event loop: a bisect into plain counts, no lock
+    (``Histogram.observe`` locks and walks its buckets in Python); exposed like ``Histogram``."""
+
+    def __init__(self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry) -> None:
+        self._name, self._doc = name, documentation
+        self._bounds = tuple(sorted(buckets))
+        self._counts = [0] * (len(self._bounds) + 1)  # the last one is +Inf
+        self._sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        # ``le`` buckets: the first bound >= value.
+        self._counts[bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def collect(self) -> Iterator[Metric]:
+        counts, total = list(self._counts), self._sum
+        cumulative, buckets = 0, []
+        for bound, count in zip((*self._bounds, float("inf")), counts, strict=True):
+            cumulative += count
+            buckets.append((floatToGoString(bound), cumulative))
+        yield HistogramMetricFamily(self._name, self._doc, buckets=buckets, sum_value=total)
+
+
+class _FileCounter:
+    """``EventCounter``'s interface on prometheus_client's own counter, for ``--workers N``: there a
+    scrape reads only the files each worker's metrics write (``PROMETHEUS_MULTIPROC_DIR``), which a
+    plain in-memory collector never reaches."""
+
+    def __init__(self, name: str, documentation: str, label: str, registry: CollectorRegistry) -> None:
+        self._children: Labelled[Counter] = Labelled(Counter(name, documentation, [label], registry=registry), label)
+
+    def inc(self, value: str, amount: float = 1.0) -> None:
+        self._children[value].inc(amount)
+
+
+def _multiprocess() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+def event_counter(name: str, documentation: str, label: str, registry: CollectorRegistry) -> EventCounter | _FileCounter:
+    return (_FileCounter if _multiprocess() else EventCounter)(name, documentation, label, registry)
+
+
+def event_histogram(
+    name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry,
+) -> EventHistogram | Histogram:
+    if _multiprocess():
+        return Histogram(name, documentation, buckets=buckets, registry=registry)
+    return EventHistogram(name, documentation, buckets, registry)
 
 
 class AgentMetrics:
@@ -34,11 +113,9 @@ class AgentMetrics:
         self.active_runs = Gauge(
             "agent_active_runs", "Runs executing in this process", registry=self.registry, multiprocess_mode="liveall"
         )
-        # Counted per event: each type's child is looked up once (``labels()`` on every event was ~3 %
-        # of the process's CPU under streaming load).
-        self.events: Labelled[Counter] = Labelled(
-            Counter("agent_events", "Events emitted, by type", ["type"], registry=self.registry), "type"
-        )
+        # Counted per event (``labels()`` on every event was ~3 % of the process's CPU under
+        # streaming load, and ``inc`` takes a lock).
+        self.events = event_counter("agent_events", "Events emitted, by type", "type", self.registry)
         self.tool_latency = Histogram(
             "agent_tool_latency_seconds", "Tool call duration", ["tool"], buckets=_LATENCY_BUCKETS,
             registry=self.registry,
@@ -60,10 +137,10 @@ class AgentMetrics:
             "agent_event_log_batch_size", "Events written per group commit",
             buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=self.registry,
         )
-        self.event_overhead = Histogram(
+        self.event_overhead = event_histogram(
             "agent_event_overhead_seconds",
             "From a model delta received to its SSE bytes written to a live stream (non-terminal events)",
-            buckets=_OVERHEAD_BUCKETS, registry=self.registry,
+            _OVERHEAD_BUCKETS, self.registry,
         )
         self.hook_failures = Counter(
             "agent_hook_failures", "Hook calls that raised or timed out and were skipped, by hook, point and reason",

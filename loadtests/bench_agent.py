@@ -8,7 +8,10 @@ the Agent Service pointed at it (``LLM_PROVIDER=openai``). Then:
 1. one run at a time: events/s of a run as the client sees it, and the service's overhead per
    event (``agent_event_overhead_seconds``: model delta received -> SSE bytes written);
 2. ``--concurrency`` runs at once, ``--rounds`` times: the same figures under load;
-3. memory: a second Agent Service behind a slow model (each run streams for ~10 s) holds
+3. ``--cpu-runs N``: N paced runs at once, ``--cpu-rounds`` times: the service's CPU seconds (user +
+   system, psutil) per 10,000 events the clients received; ``--profile FILE`` records a py-spy
+   profile of the service meanwhile (raw collapsed stacks, readable as text);
+4. memory: a second Agent Service behind a slow model (each run streams for ~10 s) holds
    ``--memory-runs`` runs active at once; RSS after minus RSS before, divided by the run count.
 
 Overhead percentiles come from the service's histogram (interpolated inside its buckets, like
@@ -19,13 +22,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
+import signal
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests.common import (
@@ -128,6 +135,48 @@ async def phase(client: httpx.AsyncClient, base_url: str, concurrency: int, roun
     }
 
 
+def _cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def _start_profiler(pid: int, out: Path) -> subprocess.Popen:
+    py_spy = shutil.which("py-spy")
+    if py_spy is None:
+        raise RuntimeError("--profile needs py-spy on PATH")
+    return subprocess.Popen(  # one child for the whole phase; stopped with SIGINT, which writes the file
+        [py_spy, "record", "--pid", str(pid), "--format", "raw", "--output", str(out), "--rate", "200", "--nonblocking", "--gil"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+async def cpu_phase(
+    client: httpx.AsyncClient, base_url: str, pid: int, runs: int, rounds: int, profile: Path | None,
+) -> dict[str, Any]:
+    """CPU seconds of the service process per 10,000 events its clients received."""
+    profiler = _start_profiler(pid, profile) if profile is not None else None
+    try:
+        cpu_before = _cpu_seconds(pid)
+        t0 = time.perf_counter()
+        results: list[RunResult] = []
+        for _ in range(rounds):
+            results.extend(await asyncio.gather(*(execute(client, base_url) for _ in range(runs))))
+        wall = time.perf_counter() - t0
+        cpu = _cpu_seconds(pid) - cpu_before
+    finally:
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            await asyncio.to_thread(profiler.wait, 30)
+    _check(results)
+    events = sum(r.events for r in results)
+    return {
+        "concurrency": runs, "runs": len(results), "events": events, "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 3), "cpu_s_per_10k_events": round(cpu / events * 10_000, 3),
+        "cpu_share_of_one_core": round(cpu / wall, 3),
+        "run_duration": summarize_seconds([r.duration for r in results]),
+    }
+
+
 def _gauge(text: str, name: str) -> float:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -171,21 +220,30 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     root = work_dir("bench-agent")
     results: dict[str, Any] = {
         "benchmark": "agent_service", "machine": machine(), "database": args.db,
-        "settings": {"tokens": args.tokens, "ttft_ms": 0, "token_delay_ms": args.token_delay_ms, "single_runs": args.single_runs,
-                     "concurrency": args.concurrency, "rounds": args.rounds, "memory_runs": args.memory_runs,
+        "settings": {"tokens": args.tokens, "ttft_ms": args.ttft_ms, "token_delay_ms": args.token_delay_ms,
+                     "single_runs": args.single_runs, "concurrency": args.concurrency, "rounds": args.rounds,
+                     "cpu_runs": args.cpu_runs, "cpu_rounds": args.cpu_rounds, "memory_runs": args.memory_runs,
                      "memory_token_delay_ms": args.memory_token_delay_ms, "log_level": args.log_level},
     }
-    limits = httpx.Limits(max_connections=max(args.concurrency, args.memory_runs) + 10, max_keepalive_connections=20)
+    most = max(args.concurrency, args.memory_runs, args.cpu_runs)
+    limits = httpx.Limits(max_connections=most + 10, max_keepalive_connections=20)
     async with databases(args.db, ["agent", "agent_mem"], root) as urls, \
             httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits) as client:
-        llm = fake_llm(root, tokens=args.tokens, ttft_ms=0, token_delay_ms=args.token_delay_ms)
+        llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms)
         agent = agent_process(root, llm, urls["agent"], args.log_level)
         async with running(llm, agent):
             await phase(client, agent.url, 1, args.warmup)
-            results["single_run"] = phase_single = await phase(client, agent.url, 1, args.single_runs)
-            _print("one run at a time", phase_single)
-            results["concurrent"] = phase_conc = await phase(client, agent.url, args.concurrency, args.rounds)
-            _print(f"{args.concurrency} concurrent runs", phase_conc)
+            if args.single_runs:
+                results["single_run"] = phase_single = await phase(client, agent.url, 1, args.single_runs)
+                _print("one run at a time", phase_single)
+            if args.rounds:
+                results["concurrent"] = phase_conc = await phase(client, agent.url, args.concurrency, args.rounds)
+                _print(f"{args.concurrency} concurrent runs", phase_conc)
+            if args.cpu_runs:
+                results["cpu"] = cpu = await cpu_phase(
+                    client, agent.url, agent.pid, args.cpu_runs, args.cpu_rounds, args.profile
+                )
+                _print(f"CPU, {args.cpu_runs} concurrent runs", cpu)
         if args.memory_runs:
             slow = fake_llm(root, tokens=args.tokens, ttft_ms=0, token_delay_ms=args.memory_token_delay_ms,
                             name="fake_llm_slow")
@@ -195,10 +253,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             print(f"\n== memory, {args.memory_runs} active runs ==")
             for key, value in mem.items():
                 print(f"  {key}: {value}")
-    p95 = phase_conc["overhead_per_event"]["p95_ms"]
-    results["targets"] = {
-        "overhead_p95_at_concurrency_le_1ms": {"value_ms": p95, "verdict": verdict(p95, 1.0)},
-    }
+    results["targets"] = {}
+    if "concurrent" in results:
+        p95 = results["concurrent"]["overhead_per_event"]["p95_ms"]
+        results["targets"]["overhead_p95_at_concurrency_le_1ms"] = {"value_ms": p95, "verdict": verdict(p95, 1.0)}
+    if "cpu" in results:
+        per_10k = results["cpu"]["cpu_s_per_10k_events"]
+        results["targets"]["cpu_per_10k_events_le_1s"] = {"value_s": per_10k, "verdict": verdict(per_10k, 1.0)}
     if "memory" in results:
         per_run = results["memory"]["rss_delta_per_active_run_kib"]
         results["targets"]["memory_per_active_run_le_256kib"] = {"value_kib": per_run, "verdict": verdict(per_run, 256)}
@@ -219,12 +280,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--ttft-ms", type=float, default=0.0, help="the model's time to first token")
     parser.add_argument("--token-delay-ms", type=float, default=0.0,
-                        help="pace of the model in phases 1 and 2 (the issue asks for 0: as fast as it can)")
+                        help="pace of the model in phases 1 to 3 (the issue asks for 0: as fast as it can)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--single-runs", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cpu-runs", type=int, default=0, help="concurrent runs of the CPU phase; 0 skips it")
+    parser.add_argument("--cpu-rounds", type=int, default=3)
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="record a py-spy profile (raw collapsed stacks) of the service during the CPU phase")
     parser.add_argument("--memory-runs", type=int, default=100, help="0 skips the memory phase")
     parser.add_argument("--memory-token-delay-ms", type=float, default=50.0)
     parser.add_argument("--log-level", default="INFO")

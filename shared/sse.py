@@ -46,10 +46,25 @@ def encode(data: str, *, event: str | None = None, id: str | int | None = None, 
     return bytes(out)
 
 
+# What ``model_dump(mode="json")`` would give, byte for byte: UTC as ``Z``, keys as strings.
+_ENVELOPE_JSON = orjson.OPT_UTC_Z | orjson.OPT_NON_STR_KEYS
+
+
 def encode_envelope(envelope: EventEnvelope, *, retry_ms: int | None = None) -> bytes:
-    """One agent event as SSE: ``id`` = seq, ``event`` = type, ``data`` = the JSON envelope."""
-    data = orjson.dumps(envelope.model_dump(mode="json")).decode()
-    return encode(data, event=envelope.type.value, id=envelope.seq, retry_ms=retry_ms)
+    """One agent event as SSE: ``id`` = seq, ``event`` = type, ``data`` = the JSON envelope.
+
+    Encoded straight from the fields with orjson (once per event, on the streaming path): the
+    pydantic dump followed by the generic ``encode`` cost three times as much for the same bytes.
+    JSON never holds a raw line break, so the envelope is always one ``data:`` line."""
+    data = orjson.dumps(
+        {
+            "session_id": envelope.session_id, "run_id": envelope.run_id, "seq": envelope.seq,
+            "type": envelope.type.value, "ts": envelope.ts, "data": envelope.data,
+        },
+        option=_ENVELOPE_JSON,
+    )
+    head = b"" if retry_ms is None else b"retry: %d\n" % int(retry_ms)
+    return b"%sid: %d\nevent: %s\ndata: %s\n\n" % (head, envelope.seq, envelope.type.value.encode(), data)
 
 
 def encode_comment(text: str = "") -> bytes:

@@ -185,7 +185,7 @@ class EventLog:
             data=payload,
         )
         channel.next_seq += 1
-        self._metrics.events[type_].inc()
+        self._metrics.events.inc(type_)
         return LiveEvent(envelope, encode_envelope(envelope), created)
 
     def _publish(self, channel: SessionChannel, item: LiveEvent) -> None:
@@ -327,7 +327,7 @@ class EventLog:
         await EventRepository(db).insert_many([envelope])
         await SessionRepository(db).bump_last_seq(session_id, seq)
         await self.notifier.announce(db, session_id, seq)
-        self._metrics.events[type_].inc()
+        self._metrics.events.inc(type_)
         return envelope
 
     # --- the reader side ----------------------------------------------------------------------

@@ -118,10 +118,8 @@ class EventWriter:
         try:
             async with self._sessionmaker.begin() as db:
                 await EventRepository(db).insert_many(batch)
-                sessions = SessionRepository(db)
-                for session_id, seq in last_seq.items():
-                    await sessions.bump_last_seq(session_id, seq)
-                    await self.notifier.announce(db, session_id, seq)
+                await SessionRepository(db).bump_last_seqs(last_seq)
+                await self.notifier.announce_many(db, last_seq)
                 if self.owner_id is not None:
                     # Checked after the writes: by then this transaction holds the session rows
                     # (SQLite: the write lock), which recovery locks too before it ends a run, so

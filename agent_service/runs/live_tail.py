@@ -81,6 +81,10 @@ class LiveTailNotifier:
     async def announce(self, db: AsyncSession, session_id: str, seq: int) -> None:
         """Inside the transaction that adds events of ``session_id`` up to ``seq``: wake its
         followers once (and only if) the transaction commits."""
+        await self.announce_many(db, {session_id: seq})
+
+    async def announce_many(self, db: AsyncSession, last_seqs: dict[str, int]) -> None:
+        """``announce`` for every session a group commit wrote, in one statement."""
         raise NotImplementedError
 
     @contextmanager
@@ -115,8 +119,12 @@ class LocalNotifier(LiveTailNotifier):
     """In-process only (SQLite): wakes this process's followers after the commit. Other processes
     sharing the file are not told, so ``fallback_poll_s`` is the follow interval there."""
 
-    async def announce(self, db: AsyncSession, session_id: str, seq: int) -> None:
-        event.listen(db.sync_session, "after_commit", lambda _s: self._deliver(session_id, seq), once=True)
+    async def announce_many(self, db: AsyncSession, last_seqs: dict[str, int]) -> None:
+        def deliver(_session: object) -> None:
+            for session_id, seq in last_seqs.items():
+                self._deliver(session_id, seq)
+
+        event.listen(db.sync_session, "after_commit", deliver, once=True)
 
 
 class PostgresNotifier(LiveTailNotifier):
@@ -131,8 +139,12 @@ class PostgresNotifier(LiveTailNotifier):
         self._listening = asyncio.Event()
         self._closing = asyncio.Event()
 
-    async def announce(self, db: AsyncSession, session_id: str, seq: int) -> None:
-        await db.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": f"{session_id}:{seq}"})
+    async def announce_many(self, db: AsyncSession, last_seqs: dict[str, int]) -> None:
+        payloads = [f"{session_id}:{seq}" for session_id, seq in last_seqs.items()]
+        await db.execute(
+            text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS text[])) AS payload"),
+            {"channel": CHANNEL, "payloads": payloads},
+        )
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name="agent-live-tail-listener")

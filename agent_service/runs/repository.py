@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, literal, or_, select, update
+from sqlalchemy import bindparam, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -15,6 +15,13 @@ from agent_service.models import AgentEvent, AgentRun, AgentSession
 from shared.protocol import EventEnvelope, EventType, SessionStatus
 
 _EVENTS = AgentEvent.__table__
+_SESSIONS = AgentSession.__table__
+# One statement for every session of a group commit, run as executemany (see bump_last_seqs).
+_BUMP_LAST_SEQ = (
+    update(_SESSIONS)
+    .where(_SESSIONS.c.id == bindparam("b_session_id"), _SESSIONS.c.last_seq < bindparam("b_seq"))
+    .values(last_seq=bindparam("b_seq"))
+)
 # Rows per insert statement of a group commit (see EventRepository.insert_many).
 _INSERT_SLICE = 64
 
@@ -104,6 +111,16 @@ class SessionRepository:
             .values(last_seq=seq)
             .execution_options(synchronize_session=False)
         )
+
+
+    async def bump_last_seqs(self, last_seqs: Mapping[str, int]) -> None:
+        """``bump_last_seq`` for many sessions in one executemany: a group commit spans every
+        streaming run, and one statement per session cost a round trip (on SQLite a hop to the
+        driver's thread and back) each, per batch."""
+        if last_seqs:
+            await self.db.execute(
+                _BUMP_LAST_SEQ, [{"b_session_id": session_id, "b_seq": seq} for session_id, seq in last_seqs.items()]
+            )
 
 
 class RunRepository:

@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 import orjson
-from httpx_sse import EventSource, SSEError
 from pydantic import SecretStr
 
 from shared.llm.base import (
@@ -39,6 +38,7 @@ from shared.llm.base import (
     ToolSpec,
 )
 from shared.llm.capacity import ConnectionSlots
+from shared.llm.openai_sse import check_event_stream, iter_data
 from shared.tokens import count_messages_tokens, count_tokens
 
 __all__ = ["OpenAICompatibleProvider", "connection_limits", "to_openai_messages", "to_openai_tools"]
@@ -198,18 +198,21 @@ class OpenAICompatibleProvider:
             ) as response:
                 if not response.is_success:
                     raise LLMStatusError(response.status_code, await _error_message(response))
-                async for sse in EventSource(response).aiter_sse():
-                    if sse.data == "[DONE]":
+                problem = check_event_stream(response)
+                if problem is not None:
+                    raise LLMProtocolError(f"the LLM endpoint did not answer with an event stream: {problem}")
+                async for data in iter_data(response):
+                    if data == b"[DONE]":
                         state.done = True
                         break
-                    if not sse.data:
+                    if not data:
                         continue
-                    for event in self._handle_chunk(sse.data, state):
+                    for event in self._handle_chunk(data, state):
                         yield event
         except LLMError as exc:
             logger.warning("llm request failed", extra={"error": type(exc).__name__, "url": self._url})
             raise
-        except (httpx.HTTPError, SSEError) as exc:
+        except httpx.HTTPError as exc:
             translated = _translate(exc)
             logger.warning("llm request failed", extra={"error": type(translated).__name__, "url": self._url})
             raise translated from exc
@@ -238,7 +241,7 @@ class OpenAICompatibleProvider:
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, finish_reason=state.finish_reason
         )
 
-    def _handle_chunk(self, data: str, state: _StreamState) -> list[LLMEvent]:
+    def _handle_chunk(self, data: bytes | str, state: _StreamState) -> list[LLMEvent]:
         try:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
@@ -378,8 +381,6 @@ def _translate(exc: Exception) -> LLMError:
         return LLMTimeoutError(f"timed out {kind} the LLM endpoint")
     if isinstance(exc, httpx.ConnectError):
         return LLMConnectionError(f"could not connect to the LLM endpoint: {exc}")
-    if isinstance(exc, SSEError):
-        return LLMProtocolError(f"the LLM endpoint did not answer with an event stream: {exc}")
     if isinstance(exc, httpx.TransportError):
         return LLMConnectionError(f"the connection to the LLM endpoint failed: {type(exc).__name__}")
     return LLMProtocolError(f"unexpected HTTP failure: {type(exc).__name__}")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
+import orjson
 import pytest
 
 from shared.protocol import EventEnvelope, EventType
@@ -31,6 +32,29 @@ def test_envelope_round_trip_with_id_and_event() -> None:
     assert event.id == "3" and event.event == "ANSWER_CHUNK" and event.retry == 1500
     assert decode_envelope(event) == env
     assert decoder.last_event_id == "3" and not decoder.has_partial_event
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [
+        TS,
+        datetime(2026, 1, 2, 3, 4, 5, 120, tzinfo=UTC),
+        datetime(2026, 1, 2, 3, 4, 5, 500000, tzinfo=timezone(timedelta(hours=2))),
+        datetime(2026, 1, 2, 3, 4, 5, 7),  # naive, as some drivers read it back
+    ],
+)
+@pytest.mark.parametrize("retry_ms", [None, 2500])
+def test_envelope_bytes_are_the_pydantic_dump_of_the_envelope(ts: datetime, retry_ms: int | None) -> None:
+    # The wire format is the contract: the direct encoder must give exactly what the model's own
+    # JSON dump framed by the generic encoder gives.
+    env = EventEnvelope(
+        session_id="s", run_id="r", seq=42, type=EventType.TOOL_END, ts=ts,
+        data={"call_id": "c", "result": {"n": 1.5, "list": [None, True], "text": "a\nb\u2028\"é"}},
+    )
+    expected = encode(
+        orjson.dumps(env.model_dump(mode="json")).decode(), event="TOOL_END", id=42, retry_ms=retry_ms
+    )
+    assert encode_envelope(env, retry_ms=retry_ms) == expected
 
 
 def test_multi_line_data_is_rejoined() -> None:

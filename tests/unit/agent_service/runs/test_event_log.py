@@ -256,3 +256,36 @@ async def test_a_terminal_event_that_could_not_be_written_is_shown_only_when_its
         log.writer.discard("s1")  # nothing to write on the way out either
         await log.aclose()
         await engine.dispose()
+
+
+async def test_one_group_commit_moves_the_last_seq_of_every_session_in_it(database_url: str) -> None:
+    engine, sessionmaker = await _setup(database_url)
+    now = utcnow()
+    async with sessionmaker.begin() as db:
+        for sid in ("s2", "s3"):
+            db.add(AgentSession(id=sid, profile_name="default", status="ACTIVE", user_context={"user_id": "u"},
+                                transcript=[], last_seq=0, seq_reserved=0, current_run_id=f"r-{sid}",
+                                created_at=now, updated_at=now))
+    statements: list[tuple[str, bool]] = []
+    sa_event.listen(engine.sync_engine, "before_cursor_execute",
+                    lambda _c, _cur, stmt, _p, _ctx, many: statements.append((stmt, many)))
+    log = EventLog(sessionmaker, group_commit_ms=10_000, live_queue_size=10, metrics=AgentMetrics())
+    log.start()
+    try:
+        channels = [log.open_channel(sid, f"r-{sid}", 1, reserved=1000) for sid in ("s2", "s3")]
+        for _ in range(3):
+            log.emit(channels[0], EventType.ANSWER_CHUNK, AnswerChunkData(text="x"))
+        log.emit(channels[1], EventType.ANSWER_CHUNK, AnswerChunkData(text="y"))
+        async with sessionmaker.begin() as db:  # s3 is ahead already: a batch never moves it back
+            await SessionRepository(db).update("s3", last_seq=7)
+        await log.writer.flush()
+        async with sessionmaker() as db:
+            sessions = SessionRepository(db)
+            assert [(await sessions.get(sid)).last_seq for sid in ("s1", "s2", "s3")] == [0, 3, 7]
+        # Both sessions' last_seq in one statement, run as executemany.
+        bumps = [many for stmt, many in statements if stmt.lstrip().upper().startswith("UPDATE AGENT_SESSIONS")
+                 and "last_seq <" in stmt]
+        assert bumps == [True]
+    finally:
+        await log.aclose()
+        await engine.dispose()
