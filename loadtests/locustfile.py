@@ -16,7 +16,14 @@ product and this file together. On its own, against running services::
     locust -f loadtests/locustfile.py --headless -u 50 -r 10 --run-time 10m --host http://127.0.0.1:8000
 
 Configuration from the environment: ``LOAD_JWT_SECRET`` (the service's ``AUTH_JWT_SECRET``),
-``LOAD_DIRECT_WEIGHT`` / ``LOAD_AGENT_WEIGHT`` (7 / 3), ``LOAD_TURN_TIMEOUT_S`` (60).
+``LOAD_DIRECT_WEIGHT`` / ``LOAD_AGENT_WEIGHT`` (7 / 3), ``LOAD_TURN_TIMEOUT_S`` (60),
+``LOAD_TURNS_PER_CONVERSATION`` (40: then the user starts a new conversation, as people do; one
+conversation held for an hour of turns would outgrow the agent profile's context, 64 000 tokens,
+after about 290 agent turns and end every later turn with TOKEN_LIMIT_EXCEEDED).
+
+The WebSocket client is websocket-client: plain sockets, which gevent (Locust's) patches. The
+``websockets`` sync client runs a thread per connection, and under gevent closing one crashed the
+whole Locust process in libev ("I/O watcher with invalid fd") half an hour into a run.
 """
 
 from __future__ import annotations
@@ -26,8 +33,8 @@ import time
 import uuid
 
 import orjson
+import websocket
 from locust import HttpUser, between, task
-from websockets.sync.client import connect
 
 from conversation_service.auth.tokens import issue_token
 
@@ -35,6 +42,7 @@ JWT_SECRET = os.environ.get("LOAD_JWT_SECRET", "bench-jwt-secret-0123456789abcde
 TURN_TIMEOUT_S = float(os.environ.get("LOAD_TURN_TIMEOUT_S", "60"))
 DIRECT_WEIGHT = int(os.environ.get("LOAD_DIRECT_WEIGHT", "7"))
 AGENT_WEIGHT = int(os.environ.get("LOAD_AGENT_WEIGHT", "3"))
+TURNS_PER_CONVERSATION = int(os.environ.get("LOAD_TURNS_PER_CONVERSATION", "40"))
 
 QUESTIONS = ["what is 17*23", "summarise our last exchange", "what time is it", "tell me about the weather"]
 
@@ -51,6 +59,7 @@ class ChatUser(HttpUser):
         self.headers = {"Authorization": f"Bearer {issue_token(JWT_SECRET, user, 'load', ttl_s=24 * 3600)}"}
         self.conversations = {path: self._open(path) for path in ("direct", "agent")}
         self.turns = 0
+        self.turns_in = {"direct": 0, "agent": 0}
 
     def on_stop(self) -> None:
         for _, ws in self.conversations.values():
@@ -64,9 +73,21 @@ class ChatUser(HttpUser):
                 raise TurnFailed(f"could not create a conversation: {r.status_code}")
             conversation_id = r.json()["id"]
         url = self.host.replace("http://", "ws://").replace("https://", "wss://")
-        ws = connect(f"{url}/conversations/{conversation_id}/ws", additional_headers=self.headers,
-                     max_size=2**22, open_timeout=10)
+        ws = websocket.create_connection(
+            f"{url}/conversations/{conversation_id}/ws", header=[f"{k}: {v}" for k, v in self.headers.items()],
+            timeout=10,
+        )
         return conversation_id, ws
+
+    def _reopen(self, path: str) -> None:
+        """Leave the conversation for a new one (also after a failed turn: frames of the failure
+        may still be on their way and must not be read as the next turn's)."""
+        _, ws = self.conversations[path]
+        try:
+            ws.close()
+        finally:
+            self.turns_in[path] = 0
+            self.conversations[path] = self._open(path)
 
     @task(DIRECT_WEIGHT)
     def direct_message(self) -> None:
@@ -78,6 +99,9 @@ class ChatUser(HttpUser):
 
     def _turn(self, path: str, content: str) -> None:
         self.turns += 1
+        if self.turns_in[path] >= TURNS_PER_CONVERSATION:
+            self._reopen(path)
+        self.turns_in[path] += 1
         conversation_id, ws = self.conversations[path]
         expected = "direct_llm" if path == "direct" else "agent"
         started = time.perf_counter()
@@ -99,9 +123,10 @@ class ChatUser(HttpUser):
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
                     raise TurnFailed(f"no end of reply within {TURN_TIMEOUT_S:.0f} s")
+                ws.settimeout(remaining)
                 try:
-                    frame = orjson.loads(ws.recv(timeout=remaining))
-                except TimeoutError:
+                    frame = orjson.loads(ws.recv())
+                except websocket.WebSocketTimeoutException:
                     raise TurnFailed(f"no end of reply within {TURN_TIMEOUT_S:.0f} s") from None
                 kind = frame["type"]
                 if kind == "message.delta" and not first_reported:
@@ -116,12 +141,8 @@ class ChatUser(HttpUser):
         except Exception as exc:  # noqa: BLE001 - whatever broke the reply, Locust counts it as failed
             error = exc
         self._report(f"WS {path} reply", started, error)
-        if error is not None and not isinstance(error, TurnFailed):
-            # The socket is unusable: open a fresh conversation for the next turns.
-            try:
-                ws.close()
-            finally:
-                self.conversations[path] = self._open(path)
+        if error is not None:
+            self._reopen(path)
 
     def _report(self, name: str, started: float, exception: Exception | None = None) -> None:
         self.environment.events.request.fire(
