@@ -40,12 +40,15 @@ from loadtests.capacity_client import LevelSpec, Share, worker
 from loadtests.common import (
     AGENT_KEY,
     JWT_SECRET,
+    REDIS_BASE,
     REPO_ROOT,
     Process,
     agent_process,
     conversation_process,
     databases,
     fake_llm,
+    flush_redis_db,
+    fresh_redis_db,
     machine,
     percentile,
     running,
@@ -55,7 +58,6 @@ from loadtests.common import (
 )
 
 DEFAULT_LEVELS = "25,50,100,150,200,250,300,400,500"
-REDIS_BASE = "redis://127.0.0.1:6379"
 
 
 class Clients:
@@ -205,21 +207,6 @@ async def sweep(
     return {"levels": rows, "capacity_streams": max(passing) if passing else 0}
 
 
-async def fresh_redis_db() -> int:
-    """An empty Redis database number (1-14; 15 is the test suite's), flushed for this run."""
-    import redis.asyncio as redis
-
-    for db in range(14, 0, -1):
-        client = redis.Redis.from_url(f"{REDIS_BASE}/{db}")
-        try:
-            if await client.dbsize() == 0:
-                await client.flushdb()
-                return db
-        finally:
-            await client.aclose()
-    raise RuntimeError("no empty Redis database among 1-14")
-
-
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     root = work_dir("bench-capacity")
     targets = ["agent", "chat"] if args.target == "both" else [args.target]
@@ -255,11 +242,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         clients.close()
         if redis_db is not None:
-            import redis.asyncio as redis
-
-            client = redis.Redis.from_url(f"{REDIS_BASE}/{redis_db}")
-            await client.flushdb()
-            await client.aclose()
+            await flush_redis_db(redis_db)
     print()
     for target in targets:
         print(f"capacity ({target}): {results[target]['capacity_streams']} concurrent streams "

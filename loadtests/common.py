@@ -71,8 +71,15 @@ class Process:
         return self.popen.pid
 
     def rss(self) -> int:
-        """Resident set size of the process, in bytes."""
-        return psutil.Process(self.pid).memory_info().rss
+        """Resident set size of the process and its workers (``--workers N``), in bytes."""
+        root = psutil.Process(self.pid)
+        total = root.memory_info().rss
+        for child in root.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        return total
 
     def _spawn(self) -> None:
         with open(self.log_path, "wb") as log:
@@ -388,3 +395,31 @@ def verdict(value: float | None, limit: float) -> str:
     if value is None:
         return "no data"
     return "MET" if value <= limit else "MISSED"
+
+
+REDIS_BASE = "redis://127.0.0.1:6379"
+
+
+async def fresh_redis_db() -> int:
+    """An empty Redis database number (1-14; 15 is the test suite's), flushed for this run."""
+    import redis.asyncio as redis
+
+    for db in range(14, 0, -1):
+        client = redis.Redis.from_url(f"{REDIS_BASE}/{db}")
+        try:
+            if await client.dbsize() == 0:
+                await client.flushdb()
+                return db
+        finally:
+            await client.aclose()
+    raise RuntimeError("no empty Redis database among 1-14")
+
+
+async def flush_redis_db(db: int) -> None:
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(f"{REDIS_BASE}/{db}")
+    try:
+        await client.flushdb()
+    finally:
+        await client.aclose()

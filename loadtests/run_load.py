@@ -23,11 +23,14 @@ from typing import Any
 
 from loadtests.common import (
     JWT_SECRET,
+    REDIS_BASE,
     REPO_ROOT,
     agent_process,
     conversation_process,
     databases,
     fake_llm,
+    flush_redis_db,
+    fresh_redis_db,
     machine,
     running,
     work_dir,
@@ -104,12 +107,30 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "locust", "machine": machine(), "database": args.db,
         "settings": {"users": args.users, "spawn_rate": args.spawn_rate, "run_time": args.run_time,
                      "mix": "70% direct LLM / 30% agent", "ttft_ms": args.ttft_ms,
-                     "token_delay_ms": args.token_delay_ms, "tokens": args.tokens, "log_level": args.log_level},
+                     "token_delay_ms": args.token_delay_ms, "tokens": args.tokens, "log_level": args.log_level,
+                     "workers": args.workers},
     }
+    chat_env: dict[str, str] = {}
+    redis_db = None
+    if args.workers > 1:
+        # The ConversationService's workers fan frames out to each other through Redis.
+        redis_db = await fresh_redis_db()
+        chat_env["REDIS_URL"] = f"{REDIS_BASE}/{redis_db}"
+    try:
+        await _run(args, root, prefix, results, chat_env)
+    finally:
+        if redis_db is not None:
+            await flush_redis_db(redis_db)
+    return results
+
+
+async def _run(args: argparse.Namespace, root: Path, prefix: Path, results: dict[str, Any],
+               chat_env: dict[str, str]) -> None:
     async with databases(args.db, ["agent", "chat"], root) as urls:
         llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms)
-        agent = agent_process(root, llm, urls["agent"], args.log_level)
-        chat = conversation_process(root, llm, agent, urls["chat"], args.log_level)
+        agent = agent_process(root, llm, urls["agent"], args.log_level, workers=args.workers)
+        chat = conversation_process(root, llm, agent, urls["chat"], args.log_level, workers=args.workers,
+                                    extra_env=chat_env)
         async with running(llm, agent, chat):
             rss: dict[str, list[tuple[float, int]]] = {"agent_service": [], "conversation_service": []}
             stop = asyncio.Event()
@@ -145,13 +166,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     for name, mem in results["memory"].items():
         print(f"  memory {name}: {mem}")
     results["logs"] = str(root)
-    return results
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--users", type=int, default=50)
+    parser.add_argument("--workers", type=int, default=1, help="processes per service (> 1 uses Redis for chat)")
     parser.add_argument("--spawn-rate", type=float, default=10)
     parser.add_argument("--run-time", default="10m", help="Locust --run-time: 90s, 3m, 10m...")
     parser.add_argument("--tokens", type=int, default=200)
