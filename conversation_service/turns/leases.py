@@ -87,10 +87,13 @@ class TurnLeases:
             to_stop = await turns.stop_requested(self.replica_id, held)
         for turn_id in to_stop:
             self.stops.stop(turn_id)
-        if owned < len(self.held):
+        # Turns that ended or started while the UPDATE ran are not lost: only one still running
+        # here that the UPDATE did not find is.
+        lost = [turn_id for turn_id in held if turn_id in self.held and turn_id not in owned]
+        if lost:
             # Another replica took some over (this one was too slow to renew): say so; the user may
             # see that reply twice.
-            log.warning("turn leases lost", extra={"held": len(self.held), "renewed": owned})
+            log.warning("turn leases lost", extra={"held": len(held), "renewed": len(owned), "lost": len(lost)})
 
     async def release(self) -> None:
         """Graceful shutdown: the turns left unfinished are free for a takeover at once."""

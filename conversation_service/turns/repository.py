@@ -77,14 +77,15 @@ class TurnRepository(Repository):
         )
         return bool(result.rowcount)
 
-    async def renew(self, owner_id: str, turn_ids: Collection[str], lease_expires_at: datetime) -> int:
-        """Extend this owner's running turns among ``turn_ids``; how many it still owns."""
+    async def renew(self, owner_id: str, turn_ids: Collection[str], lease_expires_at: datetime) -> set[str]:
+        """Extend this owner's running turns among ``turn_ids``; the ids it still owns."""
         result = await self.session.execute(
             update(Turn)
             .where(Turn.id.in_(list(turn_ids)), Turn.owner_id == owner_id, Turn.status == TurnStatus.RUNNING.value)
             .values(lease_expires_at=lease_expires_at)
+            .returning(Turn.id)
         )
-        return result.rowcount or 0
+        return set(result.scalars())
 
     async def release(self, owner_id: str, now: datetime) -> int:
         """Expire this owner's running turns now: the next sweep of any replica takes them over."""

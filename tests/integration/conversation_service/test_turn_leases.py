@@ -5,7 +5,10 @@ immediate takeover on a graceful shutdown."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
+
+import pytest
 
 from conversation_service.db import migrate
 from conversation_service.db.models import Conversation, Message, TurnStatus, utcnow
@@ -108,5 +111,40 @@ async def test_a_reply_held_to_its_end_marks_the_turn_done_and_a_cancelled_one_l
         # Shutdown: still running (another replica takes it over), no longer held here.
         assert (await _turn(sessionmaker, stopped)).status == TurnStatus.RUNNING.value
         assert stopped not in leases.held
+    finally:
+        await engine.dispose()
+
+
+async def test_only_a_turn_still_running_here_that_the_renewal_missed_is_reported_lost(
+    database_url: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The renewal compares what its UPDATE found with the turns still running here afterwards: a
+    turn that finished meanwhile, or one opened meanwhile, is no lost lease (under load the old
+    count-based check warned of lost leases every few seconds while none was lost); a turn another
+    replica took over is."""
+    engine = create_engine(database_url)
+    await migrate.upgrade(engine)
+    sessionmaker = create_sessionmaker(engine)
+    try:
+        leases = TurnLeases(sessionmaker, lease_s=300)
+        ending, kept, taken = [await _accepted_message(sessionmaker, leases) for _ in range(3)]
+        leases.held.update({ending, kept, taken})
+        async with unit_of_work(sessionmaker) as session:  # another replica's sweep took it
+            (await TurnRepository(session).get(taken)).owner_id = "another-replica"
+        renew = TurnRepository.renew
+
+        async def renew_while_turns_change(self, owner_id, turn_ids, lease_expires_at):
+            owned = await renew(self, owner_id, turn_ids, lease_expires_at)
+            leases.held.discard(ending)  # finish() drops the turn first, then marks it done
+            leases.held.add("opened-meanwhile")
+            return owned - {ending}
+
+        TurnRepository.renew = renew_while_turns_change
+        try:
+            with caplog.at_level(logging.WARNING, logger="conversation_service.turns.leases"):
+                await leases.renew()
+        finally:
+            TurnRepository.renew = renew
+        assert [r.lost for r in caplog.records if r.getMessage() == "turn leases lost"] == [1]
     finally:
         await engine.dispose()
