@@ -46,9 +46,20 @@ _KNOWN_EVENT_TYPES = frozenset(t.value for t in EventType)
 
 
 class _SSEConnection:
-    """One HTTP response body read as SSE events, with the size of a single event capped."""
+    """One HTTP response body read as SSE events, with the size of a single event capped.
 
-    def __init__(self, response: httpx.Response, max_event_bytes: int) -> None:
+    Its reads are watched by one timer: a read that waits ``idle_s`` for bytes (the Agent Service
+    sends a heartbeat every 15 s, so only a dead connection is that quiet), or that is still
+    waiting at the stream's ``deadline``, ends in :class:`AgentTimeoutError`. httpx would open a
+    timeout scope around every network read, and a deadline around each event read would add one
+    more: two timer handles made and cancelled per event. Here a read only notes when it began,
+    and the one timer, when it fires before the limit of the read under way, re-arms itself for it.
+    The stream's requests are therefore sent without httpx's read timeout (see ``_open_stream``).
+    """
+
+    def __init__(
+        self, response: httpx.Response, max_event_bytes: int, *, idle_s: float, deadline: float | None = None
+    ) -> None:
         self.response = response
         # Chunks as they arrive (no re-chunking, which would hold events back until a chunk fills);
         # streams are requested without compression, so a chunk is at most one network read.
@@ -58,13 +69,19 @@ class _SSEConnection:
         self._max_event_bytes = max_event_bytes
         self._partial_bytes = 0
         self.cut_mid_event = False
+        self._loop = asyncio.get_running_loop()
+        self._idle_s = idle_s
+        self._deadline = deadline
+        self._timer: asyncio.TimerHandle | None = None
+        self._reader: asyncio.Task | None = None  # the task waiting in a read, if any
+        self._read_since = 0.0
+        self._expired = False
 
     async def next_event(self) -> ServerSentEvent | None:
         """The next complete event, or None when the body ended."""
         while not self._pending:
             try:
-                with translating_transport_errors():
-                    chunk = await anext(self._chunks)
+                chunk = await self._read()
             except StopAsyncIteration:
                 # An event cut off before its blank line is never delivered half-read.
                 self.cut_mid_event = self._decoder.has_partial_event
@@ -88,7 +105,52 @@ class _SSEConnection:
             self._pending.extend(events)
         return self._pending.pop(0)
 
+    async def _read(self) -> bytes:
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        self._reader = task
+        self._read_since = self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._limit(), self._check)
+        try:
+            with translating_transport_errors():
+                return await anext(self._chunks)
+        except asyncio.CancelledError:
+            if not self._expired:
+                raise
+            self._expired = False
+            if task.uncancel() > cancelling:
+                raise  # cancelled by someone else as well: that cancellation wins
+            raise AgentTimeoutError(
+                "the Agent Service sent nothing within the idle timeout"
+                if self._deadline is None or self._loop.time() < self._deadline
+                else "the event stream exceeded its time limit"
+            ) from None
+        finally:
+            self._reader = None
+
+    def _limit(self) -> float:
+        """When the read under way times out."""
+        limit = self._read_since + self._idle_s
+        return limit if self._deadline is None else min(limit, self._deadline)
+
+    def _check(self) -> None:
+        self._timer = None
+        reader = self._reader
+        if reader is None:
+            return  # between reads (the consumer is busy): the next read arms the timer again
+        limit = self._limit()
+        if self._loop.time() >= limit:
+            self._expired = True
+            reader.cancel()
+        else:
+            self._timer = self._loop.call_at(limit, self._check)
+
     async def aclose(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         await self.response.aclose()
 
 
@@ -208,7 +270,7 @@ class AgentEventStream:
         else:
             assert self.session_id is not None
             request = self._client._events_request(self.session_id, self.last_seq)
-        self._connection = await self._within(first_deadline, self._client._open_stream(request))
+        self._connection = await self._within(first_deadline, self._client._open_stream(request, self._deadline))
         while True:
             sse = await self._within(first_deadline, self._connection.next_event())
             if sse is None:
@@ -255,7 +317,7 @@ class AgentEventStream:
         while True:
             assert self._connection is not None
             try:
-                sse = await self._within(self._deadline, self._connection.next_event())
+                sse = await self._connection.next_event()  # bounded by the connection's timer
             except AgentTimeoutError as exc:
                 if self._deadline is not None and asyncio.get_running_loop().time() >= self._deadline:
                     raise
@@ -311,7 +373,14 @@ class AgentEventStream:
             await self._client._sleep(delay)
             try:
                 request = self._client._events_request(self.session_id, self.last_seq)
-                self._connection = await self._within(self._deadline, self._client._open_stream(request))
+                # The answer's headers within the idle timeout (the stream's requests have no
+                # read timeout of httpx's, see _open_stream) and the stream's own deadline.
+                open_deadline = loop.time() + self._config.read_timeout
+                if self._deadline is not None:
+                    open_deadline = min(open_deadline, self._deadline)
+                self._connection = await self._within(
+                    open_deadline, self._client._open_stream(request, self._deadline)
+                )
                 return
             except AgentServiceError as exc:
                 # A slow or failed reconnect is one more failed attempt; a refusal (404, 401...) is final.

@@ -378,6 +378,54 @@ async def test_the_whole_stream_is_bounded_by_the_stream_timeout(recording_sleep
     assert seen == [1] and stream.reconnects == 0
 
 
+@respx.mock
+async def test_a_stream_silent_for_the_idle_timeout_is_resumed(recording_sleep: RecordingSleep) -> None:
+    config = AgentClientConfig(read_timeout=0.2, reconnect_delays=(0.001,))
+    respx.post(EXECUTE_URL).mock(side_effect=lambda request: stalled(sse_events(1, 2)))
+    events_route = respx.get(EVENTS_URL).mock(return_value=sse(sse_events(3, 4, terminal=EventType.COMPLETE)))
+    async with AgentServiceClient(BASE_URL, API_KEY, config=config, sleep=recording_sleep) as client:
+        stream = client.execute_agent(request())
+        assert await collect(stream) == [1, 2, 3, 4]
+    assert stream.reconnects == 1 and events_route.calls.last.request.headers["Last-Event-ID"] == "2"
+
+
+@respx.mock
+async def test_only_waiting_for_bytes_counts_as_idle(recording_sleep: RecordingSleep) -> None:
+    # The consumer takes longer than the idle timeout over each event; the service is never silent
+    # while the client reads, so nothing times out and nothing reconnects.
+    config = AgentClientConfig(read_timeout=0.1)
+    respx.post(EXECUTE_URL).mock(return_value=sse(sse_events(1, 3, terminal=EventType.COMPLETE)))
+    async with AgentServiceClient(BASE_URL, API_KEY, config=config, sleep=recording_sleep) as client:
+        stream = client.execute_agent(request())
+        seen: list[int] = []
+        async with stream:
+            async for event in stream:
+                seen.append(event.seq)
+                await asyncio.sleep(0.25)
+    assert seen == [1, 2, 3] and stream.reconnects == 0
+
+
+@respx.mock
+async def test_a_cancelled_reader_is_cancelled_not_timed_out(recording_sleep: RecordingSleep) -> None:
+    config = AgentClientConfig(read_timeout=0.2)
+    respx.post(EXECUTE_URL).mock(side_effect=lambda request: stalled(sse_event(1)))
+    async with AgentServiceClient(BASE_URL, API_KEY, config=config, sleep=recording_sleep) as client:
+        stream = client.execute_agent(request())
+        started = asyncio.Event()
+
+        async def consume() -> None:
+            async with stream:
+                async for _ in stream:
+                    started.set()
+
+        task = asyncio.create_task(consume())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert stream.reconnects == 0 and stream.finished
+
+
 class _ObservedBody(httpx.AsyncByteStream):
     """Sends one chunk, then stalls; records when the client closes it."""
 
