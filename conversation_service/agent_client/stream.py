@@ -11,7 +11,7 @@ ends the run comes after every seq the run had reserved (see "Crash safety: seqs
 docs/architecture.md).
 
 Every event is untrusted input: its size is capped while it is being read, and it is validated
-with :func:`shared.sse.decode_envelope` before anyone sees it.
+(:func:`decode_event`) before anyone sees it.
 """
 
 from __future__ import annotations
@@ -34,8 +34,14 @@ from conversation_service.agent_client.errors import (
     translating_transport_errors,
 )
 from conversation_service.agent_client.retry import RetryEvent, call_with_retries
-from shared.protocol import TERMINAL_SESSION_STATUSES, EventEnvelope, EventType, SessionStatus
-from shared.sse import ServerSentEvent, SSEDecoder, decode_envelope
+from shared.protocol import (
+    EVENT_DATA_MODELS,
+    TERMINAL_SESSION_STATUSES,
+    EventEnvelope,
+    EventType,
+    SessionStatus,
+)
+from shared.sse import ServerSentEvent, SSEDecoder
 
 if TYPE_CHECKING:
     from conversation_service.agent_client.client import AgentServiceClient
@@ -43,6 +49,25 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _KNOWN_EVENT_TYPES = frozenset(t.value for t in EventType)
+
+
+def decode_event(sse: ServerSentEvent) -> EventEnvelope:
+    """One agent event, validated: its envelope, its SSE id, and its payload against its type.
+
+    One pydantic validation per answer chunk: the chunks are nearly every event of a run (one per
+    token), and their payload (``AnswerChunkData``: ``text``, a string) is checked here directly
+    instead of by a second validation of the envelope's ``data``. The rarer types go through their
+    payload model as well. Raises ``ValueError`` (``pydantic.ValidationError`` is one).
+    """
+    envelope = EventEnvelope.model_validate_json(sse.data)
+    if sse.id is not None and sse.id != str(envelope.seq):
+        raise ValueError(f"SSE id {sse.id!r} does not match envelope seq {envelope.seq}")
+    if envelope.type is EventType.ANSWER_CHUNK:
+        if type(envelope.data.get("text")) is not str:
+            raise ValueError("an ANSWER_CHUNK without its text")
+    else:
+        EVENT_DATA_MODELS[envelope.type].model_validate(envelope.data)
+    return envelope
 
 
 class _SSEConnection:
@@ -414,7 +439,7 @@ class AgentEventStream:
                 self.unknown_events_skipped += 1
             return None
         try:
-            envelope = decode_envelope(sse)
+            envelope = decode_event(sse)
         except (pydantic.ValidationError, ValueError) as exc:
             raise AgentProtocolError(f"invalid event from the Agent Service: {type(exc).__name__}") from exc
         if sse.event != "message" and sse.event != envelope.type.value:

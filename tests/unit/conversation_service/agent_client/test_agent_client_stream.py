@@ -202,6 +202,15 @@ async def test_a_gap_in_the_sequence_is_accepted_and_counted(client: AgentServic
             b'id: 1\nevent: THOUGHT\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"THOUGHT",'
             b'"ts":"2026-01-01T00:00:00Z","data":{"nope":1}}\n\n'
         ),
+        # answer chunks, whose payload is checked without its model: no text, a text that is not a string
+        (
+            b'id: 1\nevent: ANSWER_CHUNK\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"ANSWER_CHUNK",'
+            b'"ts":"2026-01-01T00:00:00Z","data":{"txt":"a"}}\n\n'
+        ),
+        (
+            b'id: 1\nevent: ANSWER_CHUNK\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"ANSWER_CHUNK",'
+            b'"ts":"2026-01-01T00:00:00Z","data":{"text":7}}\n\n'
+        ),
         # the SSE id and the envelope's seq disagree
         (
             b'id: 2\nevent: THOUGHT\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"THOUGHT",'
