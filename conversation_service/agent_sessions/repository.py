@@ -123,16 +123,18 @@ class AgentSessionRepository(Repository):
         expected: Iterable[AgentSessionStatus] | None = None,
         idle_before: datetime | None = None,
         now: datetime | None = None,
+        clear_pending_question: bool = False,
     ) -> ConversationAgentSession | None:
         """Set the status (and touch the row) when its current status is one of ``expected``
         (any open status by default) and, with ``idle_before``, it has been idle since then.
-        None when the row is missing or does not match."""
+        ``clear_pending_question`` drops the pending question in the same statement (a closed
+        status always does). None when the row is missing or does not match."""
         allowed = [s.value for s in expected] if expected is not None else _OPEN
         conditions = [ConversationAgentSession.id == row_id, ConversationAgentSession.status.in_(allowed)]
         if idle_before is not None:
             conditions.append(ConversationAgentSession.last_interaction_at < idle_before)
         values: dict[str, object] = {"status": status.value, "last_interaction_at": now or utcnow()}
-        if status.value not in _OPEN:
+        if clear_pending_question or status.value not in _OPEN:
             values["pending_question_id"] = None
         # Reopening a finished session while another one is open breaks the partial index.
         async with _savepoint(self.session):
