@@ -28,7 +28,7 @@ def _run(host: str, port: int, sock: socket.socket | None) -> None:
 
     from conversation_service.app import create_app
     from conversation_service.settings import ConversationSettings
-    from conversation_service.websocket.protocol import ClosingWebSocketProtocol
+    from conversation_service.websocket.protocol import server_options
     from shared.logging import configure_logging
     from shared.serving import ServiceServer
     from shared.workers import mark_worker
@@ -38,8 +38,8 @@ def _run(host: str, port: int, sock: socket.socket | None) -> None:
     app = create_app(settings)
     mark_worker(app)
     config = uvicorn.Config(
-        app, host=host, port=port, log_config=None, ws=ClosingWebSocketProtocol,
-        timeout_keep_alive=settings.keep_alive_timeout_s,
+        app, host=host, port=port, log_config=None, timeout_keep_alive=settings.keep_alive_timeout_s,
+        **server_options(settings),
     )
     server = ServiceServer(config, app.state.shutdown)
     try:

@@ -57,6 +57,10 @@ class ConversationSettings(BaseSettings):
     # How long a replay waits for frames that were allocated but not yet persisted (another
     # replica's writer, or ours between two group commits).
     ws_replay_wait_s: float = Field(default=2.0, gt=0, le=30)
+    # permessage-deflate on the chat WebSocket. Off: the frames are small JSON (one token of a reply
+    # each), so compressing them saves a few bytes per frame for a zlib call per frame and a
+    # compression context per connection; turn it on for clients on slow links.
+    ws_per_message_deflate: bool = False
 
     max_message_chars: int = Field(default=32_000, ge=1, le=200_000)
     max_request_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)

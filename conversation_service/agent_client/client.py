@@ -137,6 +137,7 @@ class AgentServiceClient:
                     "Content-Type": "application/json",
                 },
                 content=body,
+                timeout=self._stream_timeout(),
             )
 
         return AgentEventStream(
@@ -203,10 +204,18 @@ class AgentServiceClient:
         headers = {"Accept": SSE_MEDIA_TYPE, "Accept-Encoding": "identity"}
         if last_seq is not None:
             headers[LAST_EVENT_ID_HEADER] = str(last_seq)
-        return self._build("GET", f"{API_PREFIX}/sessions/{quote(session_id, safe='')}/events", headers=headers)
+        return self._build(
+            "GET", f"{API_PREFIX}/sessions/{quote(session_id, safe='')}/events", headers=headers,
+            timeout=self._stream_timeout(),
+        )
 
-    async def _open_stream(self, request: httpx.Request) -> _SSEConnection:
-        """Sends a streaming request; a non-200 answer becomes the matching error."""
+    async def _open_stream(self, request: httpx.Request, deadline: float | None = None) -> _SSEConnection:
+        """Sends a streaming request; a non-200 answer becomes the matching error.
+
+        The request is built without a read timeout (``_stream_timeout``): the caller bounds the
+        wait for the answer's headers, and the connection's own timer bounds every read of the body
+        by ``read_timeout`` and ``deadline``.
+        """
         with translating_transport_errors():
             response = await self._http.send(request, stream=True)
         try:
@@ -222,7 +231,9 @@ class AgentServiceClient:
         except BaseException:
             await response.aclose()
             raise
-        return _SSEConnection(response, self.config.max_event_bytes)
+        return _SSEConnection(
+            response, self.config.max_event_bytes, idle_s=self.config.read_timeout, deadline=deadline
+        )
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -230,15 +241,22 @@ class AgentServiceClient:
         c = self.config
         return httpx.Timeout(connect=c.connect_timeout, read=c.read_timeout, write=c.write_timeout, pool=c.pool_timeout)
 
+    def _stream_timeout(self) -> httpx.Timeout:
+        """An event stream's: no read timeout of httpx's, whose per-read timeout scope is the
+        costliest part of reading an event; ``_SSEConnection`` watches the reads instead."""
+        c = self.config
+        return httpx.Timeout(connect=c.connect_timeout, read=None, write=c.write_timeout, pool=c.pool_timeout)
+
     def _build(
-        self, method: str, path: str, *, headers: dict[str, str] | None = None, content: bytes | None = None
+        self, method: str, path: str, *, headers: dict[str, str] | None = None, content: bytes | None = None,
+        timeout: httpx.Timeout | None = None,
     ) -> httpx.Request:
         all_headers = {API_KEY_HEADER: self.__api_key, **(headers or {})}
         request_id = request_id_var.get()
         if request_id:
             all_headers[REQUEST_ID_HEADER] = request_id
         return self._http.build_request(
-            method, self.base_url + path, headers=all_headers, content=content, timeout=self._timeout()
+            method, self.base_url + path, headers=all_headers, content=content, timeout=timeout or self._timeout()
         )
 
     async def _call_json(self, operation: str, method: str, path: str, *, retries: bool = True) -> Any:

@@ -11,7 +11,7 @@ ends the run comes after every seq the run had reserved (see "Crash safety: seqs
 docs/architecture.md).
 
 Every event is untrusted input: its size is capped while it is being read, and it is validated
-with :func:`shared.sse.decode_envelope` before anyone sees it.
+(:func:`decode_event`) before anyone sees it.
 """
 
 from __future__ import annotations
@@ -34,8 +34,14 @@ from conversation_service.agent_client.errors import (
     translating_transport_errors,
 )
 from conversation_service.agent_client.retry import RetryEvent, call_with_retries
-from shared.protocol import TERMINAL_SESSION_STATUSES, EventEnvelope, EventType, SessionStatus
-from shared.sse import ServerSentEvent, SSEDecoder, decode_envelope
+from shared.protocol import (
+    EVENT_DATA_MODELS,
+    TERMINAL_SESSION_STATUSES,
+    EventEnvelope,
+    EventType,
+    SessionStatus,
+)
+from shared.sse import ServerSentEvent, SSEDecoder
 
 if TYPE_CHECKING:
     from conversation_service.agent_client.client import AgentServiceClient
@@ -45,10 +51,40 @@ logger = logging.getLogger(__name__)
 _KNOWN_EVENT_TYPES = frozenset(t.value for t in EventType)
 
 
-class _SSEConnection:
-    """One HTTP response body read as SSE events, with the size of a single event capped."""
+def decode_event(sse: ServerSentEvent) -> EventEnvelope:
+    """One agent event, validated: its envelope, its SSE id, and its payload against its type.
 
-    def __init__(self, response: httpx.Response, max_event_bytes: int) -> None:
+    One pydantic validation per answer chunk: the chunks are nearly every event of a run (one per
+    token), and their payload (``AnswerChunkData``: ``text``, a string) is checked here directly
+    instead of by a second validation of the envelope's ``data``. The rarer types go through their
+    payload model as well. Raises ``ValueError`` (``pydantic.ValidationError`` is one).
+    """
+    envelope = EventEnvelope.model_validate_json(sse.data)
+    if sse.id is not None and sse.id != str(envelope.seq):
+        raise ValueError(f"SSE id {sse.id!r} does not match envelope seq {envelope.seq}")
+    if envelope.type is EventType.ANSWER_CHUNK:
+        if type(envelope.data.get("text")) is not str:
+            raise ValueError("an ANSWER_CHUNK without its text")
+    else:
+        EVENT_DATA_MODELS[envelope.type].model_validate(envelope.data)
+    return envelope
+
+
+class _SSEConnection:
+    """One HTTP response body read as SSE events, with the size of a single event capped.
+
+    Its reads are watched by one timer: a read that waits ``idle_s`` for bytes (the Agent Service
+    sends a heartbeat every 15 s, so only a dead connection is that quiet), or that is still
+    waiting at the stream's ``deadline``, ends in :class:`AgentTimeoutError`. httpx would open a
+    timeout scope around every network read, and a deadline around each event read would add one
+    more: two timer handles made and cancelled per event. Here a read only notes when it began,
+    and the one timer, when it fires before the limit of the read under way, re-arms itself for it.
+    The stream's requests are therefore sent without httpx's read timeout (see ``_open_stream``).
+    """
+
+    def __init__(
+        self, response: httpx.Response, max_event_bytes: int, *, idle_s: float, deadline: float | None = None
+    ) -> None:
         self.response = response
         # Chunks as they arrive (no re-chunking, which would hold events back until a chunk fills);
         # streams are requested without compression, so a chunk is at most one network read.
@@ -58,13 +94,19 @@ class _SSEConnection:
         self._max_event_bytes = max_event_bytes
         self._partial_bytes = 0
         self.cut_mid_event = False
+        self._loop = asyncio.get_running_loop()
+        self._idle_s = idle_s
+        self._deadline = deadline
+        self._timer: asyncio.TimerHandle | None = None
+        self._reader: asyncio.Task | None = None  # the task waiting in a read, if any
+        self._read_since = 0.0
+        self._expired = False
 
     async def next_event(self) -> ServerSentEvent | None:
         """The next complete event, or None when the body ended."""
         while not self._pending:
             try:
-                with translating_transport_errors():
-                    chunk = await anext(self._chunks)
+                chunk = await self._read()
             except StopAsyncIteration:
                 # An event cut off before its blank line is never delivered half-read.
                 self.cut_mid_event = self._decoder.has_partial_event
@@ -88,7 +130,52 @@ class _SSEConnection:
             self._pending.extend(events)
         return self._pending.pop(0)
 
+    async def _read(self) -> bytes:
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        self._reader = task
+        self._read_since = self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._limit(), self._check)
+        try:
+            with translating_transport_errors():
+                return await anext(self._chunks)
+        except asyncio.CancelledError:
+            if not self._expired:
+                raise
+            self._expired = False
+            if task.uncancel() > cancelling:
+                raise  # cancelled by someone else as well: that cancellation wins
+            raise AgentTimeoutError(
+                "the Agent Service sent nothing within the idle timeout"
+                if self._deadline is None or self._loop.time() < self._deadline
+                else "the event stream exceeded its time limit"
+            ) from None
+        finally:
+            self._reader = None
+
+    def _limit(self) -> float:
+        """When the read under way times out."""
+        limit = self._read_since + self._idle_s
+        return limit if self._deadline is None else min(limit, self._deadline)
+
+    def _check(self) -> None:
+        self._timer = None
+        reader = self._reader
+        if reader is None:
+            return  # between reads (the consumer is busy): the next read arms the timer again
+        limit = self._limit()
+        if self._loop.time() >= limit:
+            self._expired = True
+            reader.cancel()
+        else:
+            self._timer = self._loop.call_at(limit, self._check)
+
     async def aclose(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         await self.response.aclose()
 
 
@@ -208,7 +295,7 @@ class AgentEventStream:
         else:
             assert self.session_id is not None
             request = self._client._events_request(self.session_id, self.last_seq)
-        self._connection = await self._within(first_deadline, self._client._open_stream(request))
+        self._connection = await self._within(first_deadline, self._client._open_stream(request, self._deadline))
         while True:
             sse = await self._within(first_deadline, self._connection.next_event())
             if sse is None:
@@ -255,7 +342,7 @@ class AgentEventStream:
         while True:
             assert self._connection is not None
             try:
-                sse = await self._within(self._deadline, self._connection.next_event())
+                sse = await self._connection.next_event()  # bounded by the connection's timer
             except AgentTimeoutError as exc:
                 if self._deadline is not None and asyncio.get_running_loop().time() >= self._deadline:
                     raise
@@ -311,7 +398,14 @@ class AgentEventStream:
             await self._client._sleep(delay)
             try:
                 request = self._client._events_request(self.session_id, self.last_seq)
-                self._connection = await self._within(self._deadline, self._client._open_stream(request))
+                # The answer's headers within the idle timeout (the stream's requests have no
+                # read timeout of httpx's, see _open_stream) and the stream's own deadline.
+                open_deadline = loop.time() + self._config.read_timeout
+                if self._deadline is not None:
+                    open_deadline = min(open_deadline, self._deadline)
+                self._connection = await self._within(
+                    open_deadline, self._client._open_stream(request, self._deadline)
+                )
                 return
             except AgentServiceError as exc:
                 # A slow or failed reconnect is one more failed attempt; a refusal (404, 401...) is final.
@@ -345,7 +439,7 @@ class AgentEventStream:
                 self.unknown_events_skipped += 1
             return None
         try:
-            envelope = decode_envelope(sse)
+            envelope = decode_event(sse)
         except (pydantic.ValidationError, ValueError) as exc:
             raise AgentProtocolError(f"invalid event from the Agent Service: {type(exc).__name__}") from exc
         if sse.event != "message" and sse.event != envelope.type.value:

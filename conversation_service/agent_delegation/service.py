@@ -322,11 +322,11 @@ class AgentDelegation:
             sessions = AgentSessionRepository(session)
             if known_agent_session_id is None:
                 await sessions.set_agent_session_id(row_id, agent_session_id)
+            # One UPDATE for both: a row that is not open any more has no pending question already.
             await sessions.update_status(
                 row_id, AgentSessionStatus.ACTIVE,
-                expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER],
+                expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER], clear_pending_question=True,
             )
-            await sessions.set_pending_question(row_id, None)
             session.add(message)
 
     async def _start_failed(

@@ -116,13 +116,15 @@ class AgentSessionRepository(Repository):
         *,
         expected: Iterable[AgentSessionStatus] | None = None,
         now: datetime | None = None,
+        clear_pending_question: bool = False,
     ) -> ConversationAgentSession | None:
         """Set the status (and touch the row) when its current status is one of ``expected`` (any
-        open status by default). None when the row is missing or does not match."""
+        open status by default). ``clear_pending_question`` drops the pending question in the same
+        statement (a closed status always does). None when the row is missing or does not match."""
         allowed = [s.value for s in expected] if expected is not None else _OPEN
         conditions = [ConversationAgentSession.id == row_id, ConversationAgentSession.status.in_(allowed)]
         values: dict[str, object] = {"status": status.value, "last_interaction_at": now or utcnow()}
-        if status.value not in _OPEN:
+        if clear_pending_question or status.value not in _OPEN:
             values["pending_question_id"] = None
         # Reopening a finished session while another one is open breaks the partial index.
         async with _savepoint(self.session):

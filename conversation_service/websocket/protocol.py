@@ -15,12 +15,22 @@ close says what to do: reconnect and resume with ``after_seq``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+if TYPE_CHECKING:
+    from conversation_service.settings import ConversationSettings
 
 WS_SERVICE_RESTART = 1012
 RESTART_REASON = "service restarting, reconnect with after_seq"
 # How long a closed client has to read what was sent and answer the close before it is reset.
 CLOSE_TIMEOUT_S = 10.0
+
+
+def server_options(settings: ConversationSettings) -> dict[str, Any]:
+    """uvicorn ``Config`` options of the chat WebSocket, the same for the service and its tests."""
+    return {"ws": ClosingWebSocketProtocol, "ws_per_message_deflate": settings.ws_per_message_deflate}
 
 
 class ClosingWebSocketProtocol(WebSocketsSansIOProtocol):

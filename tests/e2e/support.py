@@ -22,7 +22,7 @@ from conversation_service.agent_delegation.settings import DelegationSettings
 from conversation_service.app import create_app as create_chat_app
 from conversation_service.auth.tokens import issue_token
 from conversation_service.settings import ConversationSettings
-from conversation_service.websocket.protocol import ClosingWebSocketProtocol
+from conversation_service.websocket.protocol import server_options
 from shared.llm.builtin import BuiltinProvider
 from tests.support.servers import free_port, serve_app
 
@@ -143,7 +143,7 @@ async def _chat_service(
         delegation=DelegationSettings(**{**FAST, "agent_profile_name": profile, **(delegation or {})}),
     )
     app = create_chat_app(chat_settings)
-    async with serve_app(app, ws=ClosingWebSocketProtocol) as url, httpx.AsyncClient(timeout=30) as http:
+    async with serve_app(app, **server_options(chat_settings)) as url, httpx.AsyncClient(timeout=30) as http:
         yield ChatStack(url=url, app=app, http=http)
 
 

@@ -31,11 +31,13 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def serve_app(app, port: int | None = None, ws: str | type = "websockets-sansio") -> AsyncIterator[str]:
+async def serve_app(
+    app, port: int | None = None, ws: str | type = "websockets-sansio", **options: object
+) -> AsyncIterator[str]:
     """Run an ASGI app with uvicorn on 127.0.0.1 inside this event loop; yield its base URL.
-    ``ws``: the WebSocket protocol, as the service's ``__main__`` sets it."""
+    ``ws`` and ``options`` (more ``uvicorn.Config`` options): as the service's ``__main__`` sets them."""
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", ws=ws)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", ws=ws, **options)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:

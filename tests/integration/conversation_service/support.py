@@ -15,7 +15,7 @@ import websockets
 from conversation_service.app import create_app
 from conversation_service.auth.tokens import issue_token
 from conversation_service.settings import ConversationSettings
-from conversation_service.websocket.protocol import ClosingWebSocketProtocol
+from conversation_service.websocket.protocol import server_options
 from tests.support.servers import serve_app
 
 SECRET = "test-secret-for-the-conversation-service-0123456789"
@@ -43,7 +43,7 @@ def auth(user: str) -> dict[str, str]:
 @asynccontextmanager
 async def running(settings: ConversationSettings) -> AsyncIterator[tuple[str, Any]]:
     app = create_app(settings)
-    async with serve_app(app, ws=ClosingWebSocketProtocol) as url:
+    async with serve_app(app, **server_options(settings)) as url:
         yield url, app
 
 

@@ -145,6 +145,23 @@ async def test_status_changes(sessionmaker) -> None:
         assert stored is not None and stored.status == "COMPLETED"
 
 
+async def test_a_turn_start_reopens_and_clears_the_question_in_one_update(sessionmaker) -> None:
+    conversation_id = await _conversation(sessionmaker)
+    async with unit_of_work(sessionmaker) as session:
+        service = AgentSessionService(session)
+        row, _ = await service.get_or_create_open(conversation_id, profile_name="default")
+        repository = service.repository
+        await repository.set_pending_question(row.id, "q1")
+        assert (await repository.update_status(row.id, S.AWAITING_USER)).pending_question_id == "q1"
+        reopened = await repository.update_status(
+            row.id, S.ACTIVE, expected=[S.ACTIVE, S.AWAITING_USER], clear_pending_question=True
+        )
+        assert (reopened.status, reopened.pending_question_id) == ("ACTIVE", None)
+        # Without the flag an open status keeps the question.
+        await repository.set_pending_question(row.id, "q2")
+        assert (await repository.update_status(row.id, S.AWAITING_USER)).pending_question_id == "q2"
+
+
 async def test_touch_and_event_seq(sessionmaker) -> None:
     conversation_id = await _conversation(sessionmaker)
     now = utcnow()

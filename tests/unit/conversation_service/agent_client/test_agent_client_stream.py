@@ -202,6 +202,15 @@ async def test_a_gap_in_the_sequence_is_accepted_and_counted(client: AgentServic
             b'id: 1\nevent: THOUGHT\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"THOUGHT",'
             b'"ts":"2026-01-01T00:00:00Z","data":{"nope":1}}\n\n'
         ),
+        # answer chunks, whose payload is checked without its model: no text, a text that is not a string
+        (
+            b'id: 1\nevent: ANSWER_CHUNK\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"ANSWER_CHUNK",'
+            b'"ts":"2026-01-01T00:00:00Z","data":{"txt":"a"}}\n\n'
+        ),
+        (
+            b'id: 1\nevent: ANSWER_CHUNK\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"ANSWER_CHUNK",'
+            b'"ts":"2026-01-01T00:00:00Z","data":{"text":7}}\n\n'
+        ),
         # the SSE id and the envelope's seq disagree
         (
             b'id: 2\nevent: THOUGHT\ndata: {"session_id":"sess-1","run_id":"r","seq":1,"type":"THOUGHT",'
@@ -376,6 +385,54 @@ async def test_the_whole_stream_is_bounded_by_the_stream_timeout(recording_sleep
                 async for event in stream:
                     seen.append(event.seq)
     assert seen == [1] and stream.reconnects == 0
+
+
+@respx.mock
+async def test_a_stream_silent_for_the_idle_timeout_is_resumed(recording_sleep: RecordingSleep) -> None:
+    config = AgentClientConfig(read_timeout=0.2, reconnect_delays=(0.001,))
+    respx.post(EXECUTE_URL).mock(side_effect=lambda request: stalled(sse_events(1, 2)))
+    events_route = respx.get(EVENTS_URL).mock(return_value=sse(sse_events(3, 4, terminal=EventType.COMPLETE)))
+    async with AgentServiceClient(BASE_URL, API_KEY, config=config, sleep=recording_sleep) as client:
+        stream = client.execute_agent(request())
+        assert await collect(stream) == [1, 2, 3, 4]
+    assert stream.reconnects == 1 and events_route.calls.last.request.headers["Last-Event-ID"] == "2"
+
+
+@respx.mock
+async def test_only_waiting_for_bytes_counts_as_idle(recording_sleep: RecordingSleep) -> None:
+    # The consumer takes longer than the idle timeout over each event; the service is never silent
+    # while the client reads, so nothing times out and nothing reconnects.
+    config = AgentClientConfig(read_timeout=0.1)
+    respx.post(EXECUTE_URL).mock(return_value=sse(sse_events(1, 3, terminal=EventType.COMPLETE)))
+    async with AgentServiceClient(BASE_URL, API_KEY, config=config, sleep=recording_sleep) as client:
+        stream = client.execute_agent(request())
+        seen: list[int] = []
+        async with stream:
+            async for event in stream:
+                seen.append(event.seq)
+                await asyncio.sleep(0.25)
+    assert seen == [1, 2, 3] and stream.reconnects == 0
+
+
+@respx.mock
+async def test_a_cancelled_reader_is_cancelled_not_timed_out(recording_sleep: RecordingSleep) -> None:
+    config = AgentClientConfig(read_timeout=0.2)
+    respx.post(EXECUTE_URL).mock(side_effect=lambda request: stalled(sse_event(1)))
+    async with AgentServiceClient(BASE_URL, API_KEY, config=config, sleep=recording_sleep) as client:
+        stream = client.execute_agent(request())
+        started = asyncio.Event()
+
+        async def consume() -> None:
+            async with stream:
+                async for _ in stream:
+                    started.set()
+
+        task = asyncio.create_task(consume())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert stream.reconnects == 0 and stream.finished
 
 
 class _ObservedBody(httpx.AsyncByteStream):
