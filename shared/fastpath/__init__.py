@@ -2,7 +2,7 @@
 
 Domain code reads as if none of this existed: it emits, publishes, writes and iterates. What makes
 a token reach a screen quickly lives here, one module per trick, each kept only because a
-benchmark showed it pays (figures in docs/benchmarks.md):
+benchmark showed it pays (figures in docs/benchmarks.md and docs/benchmarks-history.md):
 
 | module | the trick | used by |
 |---|---|---|

@@ -1,4 +1,4 @@
-"""Process tuning for the services' latency, applied once their start-up is done (docs/benchmarks.md,
+"""Process tuning for the services' latency, applied once their start-up is done (docs/benchmarks-history.md,
 "Stalls and waits on the first chunk")."""
 
 from __future__ import annotations
