@@ -45,6 +45,7 @@ from agent_service.tools.registry import build_registry
 from shared.api_docs import install_api_docs
 from shared.body_limit import BodySizeLimitMiddleware
 from shared.db import create_engine, create_sessionmaker
+from shared.fastpath.direct_body import DirectBodyMiddleware
 from shared.heap_profile import install_heap_profile
 from shared.http_contract import install_openapi
 from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
@@ -229,4 +230,6 @@ def create_app(
     app.add_middleware(RequestIdMiddleware)
     # Outermost, so the count includes answers of the other middleware (413) and unhandled errors.
     app.add_middleware(HttpMetricsMiddleware)
+    # Records the server's send for the SSE bodies, which skip the wrappers above (``direct_body``).
+    app.add_middleware(DirectBodyMiddleware)
     return app

@@ -35,7 +35,9 @@ class AgentState:
 
 
 def _part(name: str) -> Any:
-    def get(request: Request) -> Any:
+    # ``async`` although it never waits: FastAPI runs a plain ``def`` dependency in its thread
+    # pool, a thread hop per dependency per request for an attribute read.
+    async def get(request: Request) -> Any:
         return getattr(request.app.state.agent, name)
 
     return Depends(get)

@@ -35,6 +35,7 @@ from agent_service.runs.event_writer import WRITE_ATTEMPTS, EventWriter
 from agent_service.runs.live_tail import LiveTailNotifier, LocalNotifier
 from agent_service.runs.repository import EventRepository, SessionRepository
 from shared.fastpath.handoff import Handoff
+from shared.fastpath.prevalidated import prevalidated
 from shared.protocol import EventEnvelope, EventType, utcnow
 from shared.sse import encode_envelope
 
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 # Events after which the group-commit writer flushes without waiting for its interval.
 _BOUNDARY_EVENTS = frozenset({EventType.TOOL_END, EventType.THOUGHT})
+_live_envelope = prevalidated(EventEnvelope)
 
 
 class RunTakenOver(Exception):
@@ -180,10 +182,9 @@ class EventLog:
         self, channel: SessionChannel, type_: EventType, data: BaseModel | dict[str, Any], created: float | None = None
     ) -> LiveEvent:
         payload = data.model_dump(mode="json") if isinstance(data, BaseModel) else data
-        envelope = EventEnvelope(
-            session_id=channel.session_id, run_id=channel.run_id, seq=channel.next_seq, type=type_, ts=utcnow(),
-            data=payload,
-        )
+        # Typed already (the channel's ids and seq, the EventType, an aware ts, the dumped payload):
+        # built without validating them again, once per live event.
+        envelope = _live_envelope(channel.session_id, channel.run_id, channel.next_seq, type_, utcnow(), payload)
         channel.next_seq += 1
         self._metrics.events.inc(type_)
         return LiveEvent(envelope, encode_envelope(envelope), created)

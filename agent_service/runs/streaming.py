@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 from agent_service.metrics import AgentMetrics
 from agent_service.runs.event_log import EventLog, LiveEvent, LiveSubscription
 from agent_service.runs.repository import EventRepository, SessionRepository
+from shared.fastpath.direct_body import body_send
 from shared.fastpath.handoff import Handoff
 from shared.protocol import EventEnvelope, SessionStatus
 from shared.sse import SSE_MEDIA_TYPE, encode_comment, encode_envelope, encode_retry
@@ -276,15 +277,18 @@ class EventStreamResponse(Response):
                 pass
             disconnected.set()
 
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        # The middlewares act on the start message only: the body goes past them (see direct_body).
+        send_body = body_send(scope, send)
+
         async def write(data: bytes) -> None:
             if not disconnected.is_set():
-                await send({"type": "http.response.body", "body": data, "more_body": True})
+                await send_body({"type": "http.response.body", "body": data, "more_body": True})
 
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         listener = asyncio.create_task(listen(), name="agent-sse-disconnect")
         try:
             await self._serve(write, disconnected)
         finally:
             listener.cancel()
         if not disconnected.is_set():
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await send_body({"type": "http.response.body", "body": b"", "more_body": False})

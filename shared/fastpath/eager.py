@@ -40,7 +40,6 @@ def run_now(coro: Coroutine[Any, Any, T], *, name: str | None = None) -> tuple[b
     context = contextvars.copy_context()
     step = _Step()
     task = loop.create_task(_carry_on(coro, step), name=name, context=context)
-    task.add_done_callback(step.close_if_abandoned)
     caller = asyncio.current_task(loop)
     if caller is not None:
         _leave_task(loop, caller)
@@ -58,6 +57,10 @@ def run_now(coro: Coroutine[Any, Any, T], *, name: str | None = None) -> tuple[b
         if caller is not None:
             _enter_task(loop, caller)
     step.coro = coro
+    # Only a coroutine left suspended can be abandoned. Added now rather than with the task, the
+    # many that finish in the eager step (a hand-off's write) do not pay for a callback scheduled
+    # when their task ends (0.9 of 3.7 us per call); the task cannot have ended yet.
+    task.add_done_callback(step.close_if_abandoned)
     return False, task
 
 

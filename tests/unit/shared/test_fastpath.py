@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from datetime import UTC, datetime
 
 import pytest
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from shared.fastpath.eager import run_now, start_eagerly
 from shared.fastpath.fair_share import FairShare, fair_share
 from shared.fastpath.handoff import Handoff
+from shared.fastpath.prevalidated import prevalidated
+from shared.protocol import EventEnvelope, EventType
+from shared.sse import encode_envelope
 
 _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("_VAR", default="caller")
 
@@ -272,3 +277,35 @@ async def test_a_task_cancelled_before_it_resumes_the_coroutine_still_unwinds_it
     with pytest.raises(asyncio.CancelledError):
         await task
     assert unwound == ["finally"]
+
+
+# --- prevalidated ------------------------------------------------------------------------------
+
+
+def test_prevalidated_envelope_is_what_validation_gives() -> None:
+    values = ("s1", "r1", 7, EventType.ANSWER_CHUNK, datetime(2026, 11, 24, 6, 0, tzinfo=UTC), {"text": "hé"})
+    built = prevalidated(EventEnvelope)(*values)
+    validated = EventEnvelope(**dict(zip(EventEnvelope.model_fields, values)))
+    assert built == validated
+    assert repr(built) == repr(validated)
+    assert built.model_fields_set == validated.model_fields_set
+    assert built.model_dump_json() == validated.model_dump_json()
+    assert encode_envelope(built) == encode_envelope(validated)
+    assert built.is_terminal is False and built.payload().text == "hé"
+
+
+def test_prevalidated_refuses_a_missing_field_and_models_it_cannot_build() -> None:
+    with pytest.raises(TypeError, match="every field"):
+        prevalidated(EventEnvelope)("s1", "r1", 7)
+
+    class WithPrivate(BaseModel):
+        a: int
+        _b: int = PrivateAttr(0)
+
+    class WithExtra(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        a: int
+
+    for cls in (WithPrivate, WithExtra):
+        with pytest.raises(TypeError, match="not a plain model"):
+            prevalidated(cls)
