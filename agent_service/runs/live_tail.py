@@ -149,7 +149,13 @@ class PostgresNotifier(LiveTailNotifier):
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name="agent-live-tail-listener")
         # Start-up waits for the first LISTEN (bounded), so followers are pushed from the first request.
-        done, _ = await asyncio.wait([asyncio.ensure_future(self._listening.wait()), self._task], timeout=10)
+        listening = asyncio.ensure_future(self._listening.wait())
+        try:
+            # FIRST_COMPLETED: the listener task runs for the process's life, so waiting for both
+            # (asyncio.wait's default) held every start-up for the whole 10 s.
+            done, _ = await asyncio.wait([listening, self._task], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            listening.cancel()
         if self._task in done:
             self._task.result()
 

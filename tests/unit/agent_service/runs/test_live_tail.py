@@ -74,3 +74,25 @@ async def test_the_postgres_listener_reconnects_and_wakes_every_follower(databas
     finally:
         await notifier.aclose()
         await engine.dispose()
+
+
+async def test_start_returns_once_listening_and_one_statement_wakes_every_session_of_a_batch(
+    database_url: str,
+) -> None:
+    engine = create_engine(database_url)
+    sessionmaker = create_sessionmaker(engine)
+    notifier = build_notifier(make_url(database_url), fallback_poll_s=5, local_poll_s=0.5)
+    started = asyncio.get_running_loop().time()
+    await notifier.start()
+    # Start-up waits for the LISTEN, not for its 10 s bound (once it always waited the whole bound:
+    # every Agent Service start on PostgreSQL took 10 s longer).
+    assert asyncio.get_running_loop().time() - started < 5
+    try:
+        with notifier.watch("s1") as s1, notifier.watch("s2") as s2, notifier.watch("s3") as s3:
+            async with sessionmaker() as db, db.begin():
+                await notifier.announce_many(db, {"s1": 4, "s2": 9})
+            await asyncio.wait_for(asyncio.gather(s1.changed.wait(), s2.changed.wait()), 5)
+            assert (s1.seq, s2.seq) == (4, 9) and not s3.changed.is_set()
+    finally:
+        await notifier.aclose()
+        await engine.dispose()
