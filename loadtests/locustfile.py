@@ -23,7 +23,10 @@ after about 290 agent turns and end every later turn with TOKEN_LIMIT_EXCEEDED).
 
 The WebSocket client is websocket-client: plain sockets, which gevent (Locust's) patches. The
 ``websockets`` sync client runs a thread per connection, and under gevent closing one crashed the
-whole Locust process in libev ("I/O watcher with invalid fd") half an hour into a run.
+whole Locust process in libev ("I/O watcher with invalid fd") half an hour into a run. Each socket is
+read all the time by its own greenlet, as a browser reads its socket: the server's keepalive pings
+are answered while the user is busy in the other conversation (read only during its own turns, the
+agent conversation's socket missed its pongs and the server closed it: "Broken pipe" on the next turn).
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ import os
 import time
 import uuid
 
+import gevent
 import orjson
 import websocket
+from gevent.queue import Empty, Queue
 from locust import HttpUser, between, task
 
 from conversation_service.auth.tokens import issue_token
@@ -51,6 +56,40 @@ class TurnFailed(Exception):
     pass
 
 
+class Socket:
+    """A conversation's WebSocket and the greenlet that reads it into a queue."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        self.ws = websocket.create_connection(url, header=[f"{k}: {v}" for k, v in headers.items()], timeout=10)
+        self.ws.settimeout(None)
+        self.frames: Queue = Queue()
+        self.reader = gevent.spawn(self._read)
+
+    def _read(self) -> None:
+        try:
+            while True:
+                self.frames.put(orjson.loads(self.ws.recv()))  # recv answers pings as they come
+        except Exception as exc:  # noqa: BLE001 - the turn that reads it next reports it
+            self.frames.put(exc)
+
+    def next_frame(self, timeout: float) -> dict:
+        try:
+            item = self.frames.get(timeout=timeout)
+        except Empty:
+            raise TimeoutError from None
+        if isinstance(item, Exception):
+            self.frames.put(item)  # the socket stays broken for whoever reads next
+            raise item
+        return item
+
+    def close(self) -> None:
+        self.reader.kill(block=False)
+        try:
+            self.ws.close()
+        except OSError:
+            pass
+
+
 class ChatUser(HttpUser):
     wait_time = between(0.5, 1.5)
 
@@ -65,7 +104,7 @@ class ChatUser(HttpUser):
         for _, ws in self.conversations.values():
             ws.close()
 
-    def _open(self, path: str) -> tuple[str, object]:
+    def _open(self, path: str) -> tuple[str, Socket]:
         with self.client.post("/conversations", json={"title": f"load {path}"}, headers=self.headers,
                               name="POST /conversations", catch_response=True) as r:
             if r.status_code != 201:
@@ -73,11 +112,7 @@ class ChatUser(HttpUser):
                 raise TurnFailed(f"could not create a conversation: {r.status_code}")
             conversation_id = r.json()["id"]
         url = self.host.replace("http://", "ws://").replace("https://", "wss://")
-        ws = websocket.create_connection(
-            f"{url}/conversations/{conversation_id}/ws", header=[f"{k}: {v}" for k, v in self.headers.items()],
-            timeout=10,
-        )
-        return conversation_id, ws
+        return conversation_id, Socket(f"{url}/conversations/{conversation_id}/ws", self.headers)
 
     def _reopen(self, path: str) -> None:
         """Leave the conversation for a new one (also after a failed turn: frames of the failure
@@ -123,10 +158,9 @@ class ChatUser(HttpUser):
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
                     raise TurnFailed(f"no end of reply within {TURN_TIMEOUT_S:.0f} s")
-                ws.settimeout(remaining)
                 try:
-                    frame = orjson.loads(ws.recv())
-                except websocket.WebSocketTimeoutException:
+                    frame = ws.next_frame(remaining)
+                except TimeoutError:
                     raise TurnFailed(f"no end of reply within {TURN_TIMEOUT_S:.0f} s") from None
                 kind = frame["type"]
                 if kind == "message.delta" and not first_reported:
