@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
-import httpx
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
@@ -24,8 +23,8 @@ from conversation_service.agent_delegation.processor import AgentEventProcessor
 from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.agent_delegation.takeover import TurnTakeover
 from conversation_service.db import migrate
-from conversation_service.dead_letters.replay import DeadLetterReplayer
 from conversation_service.db.repository import unit_of_work
+from conversation_service.dead_letters.replay import DeadLetterReplayer
 from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.history.extractor import HistoryExtractor
 from conversation_service.history.repository import DatabaseSummaryCache
@@ -152,14 +151,12 @@ async def build_leases(settings: ConversationSettings, storage: Storage) -> Asyn
 
 @asynccontextmanager
 async def build_llm(settings: ConversationSettings) -> AsyncIterator[LLMProvider]:
-    """The LLM provider (direct replies, history summaries) on the process's pooled HTTP client."""
-    timeout = httpx.Timeout(connect=5.0, read=60.0, write=10.0, pool=5.0)
-    async with httpx.AsyncClient(timeout=timeout, limits=settings.llm.http_limits()) as http_client:
-        llm = build_provider(settings.llm, http_client)
-        try:
-            yield llm
-        finally:
-            await llm.aclose()
+    """The LLM provider (direct replies, history summaries), with its pooled connections."""
+    llm = build_provider(settings.llm)
+    try:
+        yield llm
+    finally:
+        await llm.aclose()
 
 
 def build_rate_limits(stack: AsyncExitStack, settings: ConversationSettings) -> RateLimiter | None:

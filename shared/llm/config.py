@@ -9,14 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-import httpx
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.llm.base import LLMProvider
 from shared.llm.builtin import BuiltinProvider
 from shared.llm.capacity import ConnectionSlots
-from shared.llm.openai import OpenAICompatibleProvider, connection_limits
+from shared.llm.openai import OpenAICompatibleProvider
 
 __all__ = ["LLMSettings", "build_provider"]
 
@@ -40,10 +39,6 @@ class LLMSettings(BaseSettings):
     llm_builtin_first_token_ms: int = Field(default=150, ge=0, le=60_000)
     llm_builtin_chunk_delay_ms: int = Field(default=15, ge=0, le=10_000)
 
-    def http_limits(self) -> httpx.Limits:
-        """The pool of a shared HTTP client for the LLM upstream: room for every allowed call."""
-        return connection_limits(self.llm_max_connections)
-
     @model_validator(mode="after")
     def _check_base_url(self) -> LLMSettings:
         if self.llm_provider == "openai" and not self.llm_base_url.startswith(("http://", "https://")):
@@ -52,18 +47,16 @@ class LLMSettings(BaseSettings):
 
 
 def build_provider(
-    settings: LLMSettings, http_client: httpx.AsyncClient | None = None, *,
+    settings: LLMSettings, *,
     on_wait: Callable[[float], None] | None = None, on_waiters: Callable[[int], None] | None = None,
 ) -> LLMProvider:
-    """The configured provider. ``http_client`` is the process's pooled client for the LLM upstream
-    (sized with ``http_limits``); without one the OpenAI-compatible provider creates (and closes in
-    ``aclose``) its own. ``on_wait``/``on_waiters`` report calls waiting for a free connection."""
+    """The configured provider (close it with ``aclose``). ``on_wait``/``on_waiters`` report calls
+    waiting for a free connection."""
     if settings.llm_provider == "openai":
         return OpenAICompatibleProvider(
             base_url=settings.llm_base_url,
             api_key=settings.llm_api_key,
             model=settings.llm_model,
-            http_client=http_client,
             connect_timeout=settings.llm_connect_timeout,
             read_timeout=settings.llm_read_timeout,
             request_timeout=settings.llm_request_timeout,
