@@ -147,7 +147,7 @@ async def build_runs(
     stack.push_async_callback(event_log.aclose)
     manager = RunManager(
         sessionmaker=sessionmaker, event_log=event_log, engine=engine, metrics=metrics, owner_id=new_owner_id(),
-        lease_seconds=settings.lease_seconds,
+        lease_seconds=settings.lease_seconds, snapshot_max_bytes=settings.session_snapshot_max_bytes,
     )
     event_log.lease_to(manager.owner_id, manager.taken_over_runs)
     keeper = LeaseKeeper(

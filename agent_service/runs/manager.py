@@ -24,7 +24,7 @@ from agent_service.runs.engine import ReActEngine
 from agent_service.runs.event_log import EventLog, RunTakenOver, SessionChannel
 from agent_service.runs.repository import RunRepository, SessionRepository
 from agent_service.runs.schemas import RunHandle
-from agent_service.runs.snapshots import SessionSnapshot, SessionSnapshots
+from agent_service.runs.snapshots import DEFAULT_MAX_BYTES, SessionSnapshot, SessionSnapshots
 from agent_service.runs.state import Completed, Failed, Outcome, Resume, RunContext, RunState
 from shared.logging import session_id_var
 from shared.protocol import ErrorCode, EventType, SessionStatus, UserContext, utcnow
@@ -78,7 +78,7 @@ class RunManager:
 
     def __init__(
         self, *, sessionmaker: async_sessionmaker, event_log: EventLog, engine: ReActEngine, metrics: AgentMetrics,
-        owner_id: str, lease_seconds: float,
+        owner_id: str, lease_seconds: float, snapshot_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._log = event_log
@@ -88,7 +88,7 @@ class RunManager:
         self.lease_seconds = lease_seconds
         self._runs: dict[str, ActiveRun] = {}
         # Sessions whose last run this process completed: a new message may start from them.
-        self.snapshots = SessionSnapshots()
+        self.snapshots = SessionSnapshots(max_bytes=snapshot_max_bytes)
         self._shutting_down = False
         # Cancels asked for through another replica, running in the background (strong references).
         self._remote_cancels: set[asyncio.Task[bool]] = set()

@@ -53,7 +53,11 @@ class HistorySettings(BaseSettings):
     # Counting tokens of this many uncached characters or more runs in a worker thread, so a long
     # history never blocks the event loop (1,000 messages take ~20 ms to tokenize).
     offload_chars: int = Field(16_000, ge=0)
-    token_cache_size: int = Field(50_000, ge=0, le=10_000_000)
+    # Messages whose token counts are remembered (least recently used go first), about 280 bytes
+    # each: 10,000 is ~2.7 MiB, the windows of 1,000 conversations at the default 10 messages.
+    # Conversations that are left behind keep their entries until newer ones push them out, so the
+    # cache fills with the traffic; a larger size keeps the process growing for that much longer.
+    token_cache_size: int = Field(10_000, ge=0, le=10_000_000)
 
     @model_validator(mode="after")
     def _summary_fits_budget(self) -> HistorySettings:

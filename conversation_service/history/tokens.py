@@ -42,6 +42,10 @@ class TokenCounter:
         # that has a history to count.
         get_encoding(self.encoding)
 
+    def __len__(self) -> int:
+        """How many messages' counts are remembered."""
+        return len(self._cache)
+
     def count_text(self, role: Role, content: str) -> int:
         return count_message_tokens(role.value, content, self.encoding)
 

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from agent_service.models import AgentSession
-from agent_service.runs.snapshots import SessionSnapshot, SessionSnapshots
+from agent_service.runs.snapshots import (
+    MESSAGE_OVERHEAD_BYTES,
+    TOOL_CALL_OVERHEAD_BYTES,
+    SessionSnapshot,
+    SessionSnapshots,
+    transcript_bytes,
+)
 from shared.protocol import SessionStatus
 
 
@@ -21,6 +27,79 @@ def test_take_returns_once_and_the_oldest_go_first() -> None:
     assert snapshots.take("b") is None
     assert snapshots.take("a").run_id == "r2"
     assert snapshots.take("a") is None
+
+
+def _sized(run_id: str, text_bytes: int) -> SessionSnapshot:
+    """A snapshot whose estimated size is ``MESSAGE_OVERHEAD_BYTES + text_bytes``."""
+    return SessionSnapshot(run_id=run_id, last_seq=1, transcript=[{"role": "assistant", "content": "x" * text_bytes}])
+
+
+def test_the_size_is_the_text_plus_a_cost_per_message_and_tool_call() -> None:
+    transcript = [
+        {"role": "user", "content": "what is 2+2"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "name": "calculator", "arguments": {"expression": "2+2"}},
+        ]},
+        {"role": "tool", "content": "4", "tool_call_id": "c1", "name": "calculator"},
+        {"role": "assistant", "content": None},
+    ]
+    arguments = len('{"expression":"2+2"}')
+    assert transcript_bytes(transcript) == 4 * MESSAGE_OVERHEAD_BYTES + len("what is 2+2") + len("4") + (
+        TOOL_CALL_OVERHEAD_BYTES + arguments
+    )
+    assert SessionSnapshot(run_id="r", last_seq=1, transcript=transcript).size == transcript_bytes(transcript)
+
+
+def test_the_byte_bound_evicts_the_least_recently_completed() -> None:
+    one = MESSAGE_OVERHEAD_BYTES + 1000
+    snapshots = SessionSnapshots(capacity=100, max_bytes=3 * one)
+    for session in "abc":
+        snapshots.remember(session, _sized(session, 1000))
+    assert snapshots.bytes == 3 * one
+    snapshots.remember("a", _sized("a2", 1000))  # completed again: now the newest
+    snapshots.remember("d", _sized("d", 1000))
+    assert len(snapshots) == 3
+    assert snapshots.bytes == 3 * one
+    assert snapshots.take("b") is None  # the least recently completed went first
+    assert [snapshots.take(s).run_id for s in "acd"] == ["a2", "c", "d"]
+    assert snapshots.bytes == 0
+
+
+def test_a_larger_snapshot_pushes_out_as_many_as_it_needs() -> None:
+    one = MESSAGE_OVERHEAD_BYTES + 1000
+    snapshots = SessionSnapshots(capacity=100, max_bytes=4 * one)
+    for session in "abcd":
+        snapshots.remember(session, _sized(session, 1000))
+    snapshots.remember("big", _sized("big", 2 * one + 500))
+    assert [s for s in "abcd" if snapshots.take(s) is not None] == ["d"]
+    assert snapshots.take("big") is not None
+    assert snapshots.bytes == 0
+
+
+def test_a_transcript_over_the_whole_bound_is_not_kept_and_evicts_nothing() -> None:
+    snapshots = SessionSnapshots(capacity=100, max_bytes=10_000)
+    snapshots.remember("a", _sized("a", 100))
+    snapshots.remember("a", _sized("a-huge", 20_000))  # its older snapshot is stale now: gone too
+    snapshots.remember("b", _sized("b-huge", 20_000))
+    snapshots.remember("c", _sized("c", 100))
+    assert len(snapshots) == 1
+    assert snapshots.take("a") is None and snapshots.take("b") is None
+    assert snapshots.take("c").run_id == "c"
+
+
+def test_a_zero_bound_keeps_nothing() -> None:
+    snapshots = SessionSnapshots(max_bytes=0)
+    snapshots.remember("a", _snapshot())
+    assert len(snapshots) == 0 and snapshots.bytes == 0
+
+
+def test_many_completed_sessions_stay_within_the_bound() -> None:
+    snapshots = SessionSnapshots(capacity=256, max_bytes=64 * 1024)
+    for i in range(5000):
+        snapshots.remember(f"s{i}", _sized(f"r{i}", 2000))
+        assert snapshots.bytes <= 64 * 1024
+    assert len(snapshots) == 64 * 1024 // (MESSAGE_OVERHEAD_BYTES + 2000)
+    assert snapshots.bytes == sum(snapshots.take(f"s{i}").size for i in range(5000 - len(snapshots), 5000))
 
 
 def test_a_snapshot_matches_only_the_session_as_its_run_left_it() -> None:

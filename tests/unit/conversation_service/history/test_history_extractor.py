@@ -277,3 +277,29 @@ def test_records_are_built_from_stored_messages() -> None:
     stored = Message(id="m1", conversation_id="c1", role="assistant", content=None, created_at=None)
     record = HistoryRecord.from_message(stored)
     assert (record.id, record.role, record.content, record.created_at) == ("m1", "assistant", "", None)
+
+
+async def test_token_counts_of_left_conversations_do_not_pile_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    import conversation_service.history.tokens as token_module
+
+    tokenized: list[int] = []
+    real = token_module.count_message_tokens
+
+    def counting(role: str, content: str, encoding: str = "cl100k_base") -> int:
+        tokenized.append(1)
+        return real(role, content, encoding)
+
+    monkeypatch.setattr(token_module, "count_message_tokens", counting)
+    extractor = HistoryExtractor(HistorySettings(token_cache_size=100))
+    counter = extractor._counter
+    # Conversations of 12 messages each, every one left for a new one, as a chat client does.
+    for n in range(200):
+        records = [HistoryRecord(id=f"c{n}-{r.id}", role=r.role, content=r.content, created_at=r.created_at)
+                   for r in conversation(12, seed=n)]
+        await extractor.extract(f"c{n}", records)
+        assert len(counter) <= 100
+    assert len(counter) == 100
+    # The conversation in use is still counted once: its next turn tokenizes nothing again.
+    tokenized.clear()
+    await extractor.extract("c199", records)
+    assert tokenized == []
