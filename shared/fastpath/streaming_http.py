@@ -80,6 +80,13 @@ class StreamingHTTP:
     environment (``HTTPS_PROXY``...), as with httpx.
     """
 
+    # Idle connections are let go before 5 s, the keep-alive timeout of uvicorn (vLLM, LiteLLM and
+    # most Python servers): reusing one the server is closing at that moment fails the call.
+    KEEPALIVE_S = 4.0
+    # A call whose connection breaks before any answer is sent again on another connection: most
+    # often a kept-alive one the server closed while idle, which never read the request.
+    ATTEMPTS = 3
+
     def __init__(self, *, max_connections: int, connect_timeout: float, read_timeout: float) -> None:
         self._max_connections = max_connections
         # ``connect`` also bounds the wait for a pooled connection; no total, the stream is long.
@@ -95,7 +102,9 @@ class StreamingHTTP:
         if self._closed:
             raise RuntimeError("the HTTP client is closed")
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0)
+            connector = aiohttp.TCPConnector(
+                limit=self._max_connections, limit_per_host=0, keepalive_timeout=self.KEEPALIVE_S
+            )
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, trust_env=True)
         return self._session
 
@@ -103,8 +112,20 @@ class StreamingHTTP:
     async def post(self, url: str, *, body: bytes, headers: Mapping[str, str]) -> AsyncIterator[StreamedResponse]:
         """POST ``body`` and hold the answer open while the block reads it; the connection goes back
         to the pool (or is closed, if the body was not read to its end) when the block ends."""
-        with _mapped():
-            response = await self._open().post(url, data=body, headers=dict(headers))
+        session = self._open()
+        attempt = 1
+        while True:
+            try:
+                response = await session.post(url, data=body, headers=dict(headers))
+                break
+            except Exception as exc:
+                if attempt < self.ATTEMPTS and _broke_before_answer(exc):
+                    attempt += 1
+                    continue
+                mapped = _stream_error(exc)
+                if mapped is None:
+                    raise
+                raise mapped from exc
         try:
             yield StreamedResponse(response)
         finally:
@@ -116,20 +137,34 @@ class StreamingHTTP:
             await self._session.close()
 
 
+def _broke_before_answer(exc: Exception) -> bool:
+    """The connection broke while the request went out (not a failure to connect)."""
+    return isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)) and not isinstance(
+        exc, aiohttp.ClientConnectorError
+    )
+
+
+def _stream_error(exc: BaseException) -> HTTPStreamError | None:
+    """aiohttp's and asyncio's failures as this module's three errors; None for anything else."""
+    if isinstance(exc, HTTPStreamError):
+        return exc
+    if isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
+        return HTTPTimeout("connect" if isinstance(exc, aiohttp.ConnectionTimeoutError) else "read")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return HTTPConnectError(str(exc))
+    if isinstance(exc, (aiohttp.ClientError, OSError)):
+        return HTTPStreamError(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    return None
+
+
 class _mapped:
-    """aiohttp's and asyncio's failures as this module's three errors."""
+    """Failures inside the block raised as ``_stream_error``s."""
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _tb: object) -> bool:
-        if exc is None or isinstance(exc, HTTPStreamError):
+        mapped = None if exc is None else _stream_error(exc)
+        if mapped is None or mapped is exc:
             return False
-        if isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
-            phase = "connect" if isinstance(exc, aiohttp.ConnectionTimeoutError) else "read"
-            raise HTTPTimeout(phase) from exc
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            raise HTTPConnectError(str(exc)) from exc
-        if isinstance(exc, (aiohttp.ClientError, OSError)):
-            raise HTTPStreamError(type(exc).__name__) from exc
-        return False
+        raise mapped from exc

@@ -208,7 +208,10 @@ class OpenAICompatibleProvider:
             raise
         except HTTPStreamError as exc:
             translated = _translate(exc)
-            logger.warning("llm request failed", extra={"error": type(translated).__name__, "url": self._url})
+            logger.warning(
+                "llm request failed",
+                extra={"error": type(translated).__name__, "detail": str(translated), "url": self._url},
+            )
             raise translated from exc
 
         if not state.done and state.finish_reason is None:
