@@ -11,9 +11,9 @@ from sqlalchemy import event as sa_event
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
 from agent_service.models import AgentSession
+from agent_service.runs import streaming
 from agent_service.runs.event_log import EventLog
 from agent_service.runs.repository import SessionRepository
-from agent_service.runs import streaming
 from agent_service.runs.streaming import EventStreamer, StreamSettings
 from shared.db import create_engine, create_sessionmaker
 from shared.protocol import AnswerChunkData, CompleteData, EventType, utcnow
