@@ -40,18 +40,11 @@ from loadtests.capacity_client import LevelSpec, Share, worker
 from loadtests.common import (
     AGENT_KEY,
     JWT_SECRET,
-    REDIS_BASE,
     REPO_ROOT,
     Process,
-    agent_process,
-    conversation_process,
-    databases,
-    fake_llm,
-    flush_redis_db,
-    fresh_redis_db,
     machine,
     percentile,
-    running,
+    running_product,
     tree_cpu_seconds,
     work_dir,
     write_results,
@@ -214,35 +207,23 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "capacity", "machine": machine(), "database": args.db,
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
     }
-    chat_env: dict[str, str] = {}
-    redis_db = None
-    if "chat" in targets and args.workers > 1:
-        redis_db = await fresh_redis_db()
-        chat_env["REDIS_URL"] = f"{REDIS_BASE}/{redis_db}"
-        results["settings"]["redis_url"] = chat_env["REDIS_URL"]
-    names = ["agent", "chat"] if "chat" in targets else ["agent"]
     clients = Clients(args.clients)
     try:
-        async with databases(args.db, names, root) as db_urls, httpx.AsyncClient(timeout=30) as http:
-            llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms,
-                           stamp=True)
-            agent = agent_process(root, llm, db_urls["agent"], args.log_level, workers=args.workers)
-            procs = {"agent_service": agent}
-            if "chat" in targets:
-                procs["conversation_service"] = conversation_process(
-                    root, llm, agent, db_urls["chat"], args.log_level, workers=args.workers, extra_env=chat_env)
-            async with running(llm, *procs.values()):
-                procs["fake_model"] = llm
-                urls = {"agent": agent.url}
-                if "conversation_service" in procs:
-                    urls["chat"] = procs["conversation_service"].url
-                print(HEADER, flush=True)
-                for target in targets:
-                    results[target] = await sweep(args, target, clients, procs, urls, http)
+        async with running_product(args, root, chat="chat" in targets, workers=args.workers, stamp=True) as product, \
+                httpx.AsyncClient(timeout=30) as http:
+            if product.redis_url is not None:
+                results["settings"]["redis_url"] = product.redis_url
+            procs = {"agent_service": product.agent}
+            urls = {"agent": product.agent.url}
+            if product.chat is not None:
+                procs["conversation_service"] = product.chat
+                urls["chat"] = product.chat.url
+            procs["fake_model"] = product.llm
+            print(HEADER, flush=True)
+            for target in targets:
+                results[target] = await sweep(args, target, clients, procs, urls, http)
     finally:
         clients.close()
-        if redis_db is not None:
-            await flush_redis_db(redis_db)
     print()
     for target in targets:
         print(f"capacity ({target}): {results[target]['capacity_streams']} concurrent streams "

@@ -44,13 +44,9 @@ from conversation_service.routing.settings import RoutingSettings
 from loadtests.common import (
     JWT_SECRET,
     REPO_ROOT,
-    agent_process,
-    conversation_process,
-    databases,
-    fake_llm,
     histogram_delta,
     machine,
-    running,
+    running_product,
     scrape,
     summarize_seconds,
     verdict,
@@ -189,31 +185,28 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                      "ttft_ms": args.ttft_ms, "token_delay_ms": args.token_delay_ms, "log_level": args.log_level},
     }
     limits = httpx.Limits(max_connections=args.conversations * 2 + 10)
-    async with databases(args.db, ["agent", "chat"], root) as urls, \
+    async with running_product(args, root) as product, \
             httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=limits) as http:
-        llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms)
-        agent = agent_process(root, llm, urls["agent"], args.log_level)
-        chat = conversation_process(root, llm, agent, urls["chat"], args.log_level)
-        async with running(llm, agent, chat):
-            # Separate conversations per path: once a conversation has an agent session, the
-            # router keeps it with the agent.
-            convs = {path: [Conversation(http, chat.url, f"bench-{path}-{i}") for i in range(args.conversations)]
-                     for path in ("agent", "direct")}
+        chat = product.chat
+        # Separate conversations per path: once a conversation has an agent session, the
+        # router keeps it with the agent.
+        convs = {path: [Conversation(http, chat.url, f"bench-{path}-{i}") for i in range(args.conversations)]
+                 for path in ("agent", "direct")}
+        for group in convs.values():
+            await asyncio.gather(*(c.open() for c in group))
+        try:
+            # Warm-up: one turn per conversation on each path, not counted.
+            for path, group in convs.items():
+                await asyncio.gather(*(c.turn(path, "warm up") for c in group))
+            before = await scrape(http, chat.url)
+            if args.arrival == "burst":
+                turns = await burst(convs, args.rounds)
+            else:
+                turns = await steady(convs, args.rounds, args.think_ms / 1000, random.Random(args.seed))
+            after = await scrape(http, chat.url)
+        finally:
             for group in convs.values():
-                await asyncio.gather(*(c.open() for c in group))
-            try:
-                # Warm-up: one turn per conversation on each path, not counted.
-                for path, group in convs.items():
-                    await asyncio.gather(*(c.turn(path, "warm up") for c in group))
-                before = await scrape(http, chat.url)
-                if args.arrival == "burst":
-                    turns = await burst(convs, args.rounds)
-                else:
-                    turns = await steady(convs, args.rounds, args.think_ms / 1000, random.Random(args.seed))
-                after = await scrape(http, chat.url)
-            finally:
-                for group in convs.values():
-                    await asyncio.gather(*(c.close() for c in group), return_exceptions=True)
+                await asyncio.gather(*(c.close() for c in group), return_exceptions=True)
 
     failed = [t for t in turns if t.outcome != "ok"]
     figures: dict[str, Any] = {"turns": len(turns), "failed_turns": len(failed),

@@ -36,13 +36,9 @@ from loadtests.bench_chat import Conversation, Turn
 from loadtests.common import (
     REPO_ROOT,
     Process,
-    agent_process,
-    conversation_process,
-    databases,
-    fake_llm,
     histogram_delta,
     machine,
-    running,
+    running_product,
     scrape,
     work_dir,
     write_results,
@@ -107,27 +103,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                      "ttft_ms": args.ttft_ms, "token_delay_ms": args.token_delay_ms},
     }
     limits = httpx.Limits(max_connections=args.conversations * 2 + 10)
-    async with databases(args.db, ["agent", "chat"], root) as urls, \
+    async with running_product(args, root) as product, \
             httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=limits) as http:
-        llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms)
-        agent = agent_process(root, llm, urls["agent"], args.log_level)
-        chat = conversation_process(root, llm, agent, urls["chat"], args.log_level)
-        async with running(llm, agent, chat):
-            convs = {path: [Conversation(http, chat.url, f"cpu-{path}-{i}") for i in range(args.conversations)]
-                     for path in ("agent", "direct")}
-            phases: dict[str, Any] = {}
-            try:
-                for group in convs.values():
-                    await asyncio.gather(*(c.open() for c in group))
-                for path, group in convs.items():  # warm-up, not counted
-                    await asyncio.gather(*(c.turn(path, "warm up") for c in group))
-                if args.profile is not None:
-                    args.profile.mkdir(parents=True, exist_ok=True)
-                for path, group in convs.items():
-                    phases[path] = await _phase(path, group, args.rounds, chat, http, args.profile)
-            finally:
-                for group in convs.values():
-                    await asyncio.gather(*(c.close() for c in group), return_exceptions=True)
+        chat = product.chat
+        convs = {path: [Conversation(http, chat.url, f"cpu-{path}-{i}") for i in range(args.conversations)]
+                 for path in ("agent", "direct")}
+        phases: dict[str, Any] = {}
+        try:
+            for group in convs.values():
+                await asyncio.gather(*(c.open() for c in group))
+            for path, group in convs.items():  # warm-up, not counted
+                await asyncio.gather(*(c.turn(path, "warm up") for c in group))
+            if args.profile is not None:
+                args.profile.mkdir(parents=True, exist_ok=True)
+            for path, group in convs.items():
+                phases[path] = await _phase(path, group, args.rounds, chat, http, args.profile)
+        finally:
+            for group in convs.values():
+                await asyncio.gather(*(c.close() for c in group), return_exceptions=True)
     results["phases"] = phases
     value = phases["agent"]["cpu_s_per_10k_agent_events"]
     results["target"] = {"agent_cpu_s_per_10k_agent_events_le_1": {

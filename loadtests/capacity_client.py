@@ -18,6 +18,7 @@ import base64
 import os
 import re
 import time
+from abc import ABC, abstractmethod
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ class Share:
         self.errors.update(other.errors)
 
 
-class _Stream(asyncio.Protocol):
+class _Stream(asyncio.Protocol, ABC):
     """The part of a stream both targets share: the socket, the HTTP response head, the outcome."""
 
     def __init__(self, share: Share, tokens: int) -> None:
@@ -117,11 +118,13 @@ class _Stream(asyncio.Protocol):
         if data:
             self.on_body(data, now)
 
+    @abstractmethod
     def on_head(self, status: bytes) -> bool:
-        raise NotImplementedError
+        """The response head arrived with ``status``: whether to read its body."""
 
+    @abstractmethod
     def on_body(self, data: bytes, now: float) -> None:
-        raise NotImplementedError
+        """Bytes of the body arrived at ``now``."""
 
 
 class SSEStream(_Stream):

@@ -8,6 +8,7 @@ after a phase so that only that phase's observations count.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import math
@@ -173,12 +174,12 @@ def agent_process(
 
 def conversation_process(
     log_dir: Path, llm: Process, agent: Process, database_url: str, log_level: str, workers: int = 1,
-    extra_env: dict[str, str] | None = None,
+    redis_url: str | None = None,
 ) -> Process:
     return Process(
         "conversation_service", ["-m", "conversation_service", *workers_args(workers)],
         {
-            **(extra_env or {}),
+            **({"REDIS_URL": redis_url} if redis_url else {}),
             **llm_env(llm),
             "CONVERSATION_DATABASE_URL": database_url,
             "MIGRATE_ON_START": "true",
@@ -239,6 +240,77 @@ async def databases(kind: str, names: Iterable[str], root: Path) -> AsyncIterato
                 await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         finally:
             await admin.close()
+
+
+REDIS_BASE = "redis://127.0.0.1:6379"
+
+
+async def fresh_redis_db() -> int:
+    """An empty Redis database number (1-14; 15 is the test suite's), flushed for this run."""
+    import redis.asyncio as redis
+
+    for db in range(14, 0, -1):
+        client = redis.Redis.from_url(f"{REDIS_BASE}/{db}")
+        try:
+            if await client.dbsize() == 0:
+                await client.flushdb()
+                return db
+        finally:
+            await client.aclose()
+    raise RuntimeError("no empty Redis database among 1-14")
+
+
+async def flush_redis_db(db: int) -> None:
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(f"{REDIS_BASE}/{db}")
+    try:
+        await client.flushdb()
+    finally:
+        await client.aclose()
+
+
+# --- the product -------------------------------------------------------------------------------
+
+
+@dataclass
+class Product:
+    """The processes of a benchmark run, healthy (``running_product``)."""
+
+    llm: Process
+    agent: Process
+    chat: Process | None  # None: the Agent Service alone
+    redis_url: str | None  # the ConversationService's workers fan frames out through it
+
+
+@asynccontextmanager
+async def running_product(
+    args: argparse.Namespace, root: Path, *, chat: bool = True, workers: int = 1, stamp: bool = False,
+) -> AsyncIterator[Product]:
+    """The fake model, the Agent Service and (``chat``) the ConversationService on fresh databases.
+
+    ``args`` holds the benchmarks' common options: ``db``, the model's pace (``tokens``,
+    ``ttft_ms``, ``token_delay_ms``) and the services' ``log_level``. Each service runs ``workers``
+    processes; with more than one, the ConversationService's workers share a fresh Redis database,
+    flushed afterwards. ``stamp``: see ``fake_llm``. Everything is stopped and dropped on exit.
+    """
+    redis_db = await fresh_redis_db() if chat and workers > 1 else None
+    redis_url = None if redis_db is None else f"{REDIS_BASE}/{redis_db}"
+    try:
+        async with databases(args.db, ["agent", "chat"] if chat else ["agent"], root) as urls:
+            llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms,
+                           stamp=stamp)
+            agent = agent_process(root, llm, urls["agent"], args.log_level, workers=workers)
+            processes, chat_service = [llm, agent], None
+            if chat:
+                chat_service = conversation_process(
+                    root, llm, agent, urls["chat"], args.log_level, workers=workers, redis_url=redis_url)
+                processes.append(chat_service)
+            async with running(*processes):
+                yield Product(llm, agent, chat_service, redis_url)
+    finally:
+        if redis_db is not None:
+            await flush_redis_db(redis_db)
 
 
 # --- Prometheus histograms ---------------------------------------------------------------------
@@ -395,31 +467,3 @@ def verdict(value: float | None, limit: float) -> str:
     if value is None:
         return "no data"
     return "MET" if value <= limit else "MISSED"
-
-
-REDIS_BASE = "redis://127.0.0.1:6379"
-
-
-async def fresh_redis_db() -> int:
-    """An empty Redis database number (1-14; 15 is the test suite's), flushed for this run."""
-    import redis.asyncio as redis
-
-    for db in range(14, 0, -1):
-        client = redis.Redis.from_url(f"{REDIS_BASE}/{db}")
-        try:
-            if await client.dbsize() == 0:
-                await client.flushdb()
-                return db
-        finally:
-            await client.aclose()
-    raise RuntimeError("no empty Redis database among 1-14")
-
-
-async def flush_redis_db(db: int) -> None:
-    import redis.asyncio as redis
-
-    client = redis.Redis.from_url(f"{REDIS_BASE}/{db}")
-    try:
-        await client.flushdb()
-    finally:
-        await client.aclose()

@@ -23,16 +23,9 @@ from typing import Any
 
 from loadtests.common import (
     JWT_SECRET,
-    REDIS_BASE,
     REPO_ROOT,
-    agent_process,
-    conversation_process,
-    databases,
-    fake_llm,
-    flush_redis_db,
-    fresh_redis_db,
     machine,
-    running,
+    running_product,
     work_dir,
     write_results,
 )
@@ -110,46 +103,31 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                      "token_delay_ms": args.token_delay_ms, "tokens": args.tokens, "log_level": args.log_level,
                      "workers": args.workers},
     }
-    chat_env: dict[str, str] = {}
-    redis_db = None
-    if args.workers > 1:
-        # The ConversationService's workers fan frames out to each other through Redis.
-        redis_db = await fresh_redis_db()
-        chat_env["REDIS_URL"] = f"{REDIS_BASE}/{redis_db}"
-    try:
-        await _run(args, root, prefix, results, chat_env)
-    finally:
-        if redis_db is not None:
-            await flush_redis_db(redis_db)
+    await _run(args, root, prefix, results)
     return results
 
 
-async def _run(args: argparse.Namespace, root: Path, prefix: Path, results: dict[str, Any],
-               chat_env: dict[str, str]) -> None:
-    async with databases(args.db, ["agent", "chat"], root) as urls:
-        llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms)
-        agent = agent_process(root, llm, urls["agent"], args.log_level, workers=args.workers)
-        chat = conversation_process(root, llm, agent, urls["chat"], args.log_level, workers=args.workers,
-                                    extra_env=chat_env)
-        async with running(llm, agent, chat):
-            rss: dict[str, list[tuple[float, int]]] = {"agent_service": [], "conversation_service": []}
-            stop = asyncio.Event()
-            sampler = asyncio.create_task(
-                _sample({"agent_service": agent, "conversation_service": chat}, args.sample_s, rss, stop))
-            cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtests" / "locustfile.py"),
-                   "--headless", "-u", str(args.users), "-r", str(args.spawn_rate), "--run-time", args.run_time,
-                   "--host", chat.url, "--csv", str(prefix), "--only-summary", "--stop-timeout", "60"]
-            print("running:", " ".join(cmd), flush=True)
-            started = time.monotonic()
-            locust = await asyncio.create_subprocess_exec(
-                *cmd, cwd=REPO_ROOT, env={**os.environ, "LOAD_JWT_SECRET": JWT_SECRET},
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            )
-            output, _ = await locust.communicate()
-            results["locust_exit_code"] = locust.returncode
-            results["wall_seconds"] = round(time.monotonic() - started, 1)
-            stop.set()
-            await sampler
+async def _run(args: argparse.Namespace, root: Path, prefix: Path, results: dict[str, Any]) -> None:
+    async with running_product(args, root, workers=args.workers) as product:
+        agent, chat = product.agent, product.chat
+        rss: dict[str, list[tuple[float, int]]] = {"agent_service": [], "conversation_service": []}
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(
+            _sample({"agent_service": agent, "conversation_service": chat}, args.sample_s, rss, stop))
+        cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtests" / "locustfile.py"),
+               "--headless", "-u", str(args.users), "-r", str(args.spawn_rate), "--run-time", args.run_time,
+               "--host", chat.url, "--csv", str(prefix), "--only-summary", "--stop-timeout", "60"]
+        print("running:", " ".join(cmd), flush=True)
+        started = time.monotonic()
+        locust = await asyncio.create_subprocess_exec(
+            *cmd, cwd=REPO_ROOT, env={**os.environ, "LOAD_JWT_SECRET": JWT_SECRET},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        output, _ = await locust.communicate()
+        results["locust_exit_code"] = locust.returncode
+        results["wall_seconds"] = round(time.monotonic() - started, 1)
+        stop.set()
+        await sampler
     (args.csv_dir / f"{prefix.name}.out.txt").write_text(output.decode(errors="replace"))
     results["stats"] = _read_stats(prefix)
     results["failures"] = _read_failures(prefix)

@@ -36,6 +36,27 @@ async def database_url(db_backend: str, tmp_path: Path):
 
 
 @pytest.fixture
+async def postgres_url(tmp_path: Path):
+    """A fresh PostgreSQL database, for tests of what only PostgreSQL does (LISTEN/NOTIFY). Where
+    ``db_backend`` has no postgres parameter these tests are deselected (``pytest_collection_modifyitems``)."""
+    if not postgres_available():
+        pytest.fail("PostgreSQL is required (CI=true or TEST_POSTGRES=1) but does not answer on 127.0.0.1:5432")
+    async with fresh_database("postgres", tmp_path) as url:
+        yield url
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without PostgreSQL (a laptop, not CI) a PostgreSQL-only test goes the way of the postgres
+    parameter of ``db_backend``: it is not run, rather than reported as skipped."""
+    if "postgres" in backends():
+        return
+    postgres_only = [item for item in items if "postgres_url" in getattr(item, "fixturenames", ())]
+    if postgres_only:
+        config.hook.pytest_deselected(items=postgres_only)
+        items[:] = [item for item in items if item not in postgres_only]
+
+
+@pytest.fixture
 async def database_factory(db_backend: str, tmp_path: Path):
     """For tests that need more than one database (two services) on the same backend."""
     from contextlib import AsyncExitStack

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
@@ -61,7 +62,7 @@ class Counter(Protocol):
     def inc(self, amount: float = 1) -> None: ...
 
 
-class LiveTailNotifier:
+class LiveTailNotifier(ABC):
     """The interface, and the in-process part every implementation shares: the watches."""
 
     # How often a follower reads the log when no notification came: the safety net for a lost one.
@@ -83,9 +84,9 @@ class LiveTailNotifier:
         followers once (and only if) the transaction commits."""
         await self.announce_many(db, {session_id: seq})
 
+    @abstractmethod
     async def announce_many(self, db: AsyncSession, last_seqs: dict[str, int]) -> None:
         """``announce`` for every session a group commit wrote, in one statement."""
-        raise NotImplementedError
 
     @contextmanager
     def watch(self, session_id: str) -> Iterator[Watch]:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -60,9 +61,18 @@ class EventStreamer:
         if self._metrics is not None and item.created is not None:
             self._metrics.event_overhead.observe(time.perf_counter() - item.created)
 
-    async def _read(self, session_id: str, after: int) -> list[EventEnvelope]:
-        async with self._sessionmaker() as db:
-            return await EventRepository(db).after(session_id, after, _PAGE)
+    async def _logged(self, session_id: str, after: int) -> AsyncIterator[EventEnvelope]:
+        """The events of ``session_id`` in the log after ``after``, in seq order, read a page at a
+        time: the next page is read once the caller took the whole previous one, and a short page
+        is the last. No database session is held between pages, so a caller may stop at any event."""
+        while True:
+            async with self._sessionmaker() as db:
+                page = await EventRepository(db).after(session_id, after, _PAGE)
+            for env in page:
+                yield env
+                after = env.seq
+            if len(page) < _PAGE:
+                return
 
     async def _session_state(self, session_id: str) -> tuple[str | None, str | None]:
         async with self._sessionmaker() as db:
@@ -106,18 +116,14 @@ class EventStreamer:
                 in_memory = (
                     channel is not None and sub is not None and len(pending) == channel.next_seq - 1 - after
                 )
-            while not in_memory:
-                page = await self._read(session_id, last)
-                for env in page:
-                    pending.pop(env.seq, None)
-                    if env.seq <= last:
-                        continue
-                    await write(encode_envelope(env))
-                    last = env.seq
-                    if env.is_terminal and env.run_id == stop_run:
-                        return
-                if len(page) < _PAGE:
-                    break
+            if not in_memory:
+                async with aclosing(self._logged(session_id, last)) as logged:
+                    async for env in logged:
+                        pending.pop(env.seq, None)
+                        await write(encode_envelope(env))
+                        last = env.seq
+                        if env.is_terminal and env.run_id == stop_run:
+                            return
             for seq in sorted(pending):
                 if seq <= last:
                     continue
@@ -198,15 +204,12 @@ class EventStreamer:
                 target = stop_run or current_run
                 if self._metrics is not None:
                     self._metrics.follow_reads[cause].inc()
-                while True:
-                    page = await self._read(session_id, last)
-                    for env in page:
+                async with aclosing(self._logged(session_id, last)) as logged:
+                    async for env in logged:
                         await write(encode_envelope(env))
                         last = env.seq
                         if env.is_terminal and env.run_id == target:
                             return
-                    if len(page) < _PAGE:
-                        break
                 if status != SessionStatus.ACTIVE.value:
                     return
                 # The slow poll is only the safety net for a lost notification (the listening

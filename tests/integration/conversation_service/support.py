@@ -14,6 +14,7 @@ import websockets
 
 from conversation_service.app import create_app
 from conversation_service.auth.tokens import issue_token
+from conversation_service.realtime.frames import FrameType
 from conversation_service.settings import ConversationSettings
 from conversation_service.websocket.protocol import server_options
 from tests.support.servers import serve_app
@@ -47,9 +48,21 @@ async def running(settings: ConversationSettings) -> AsyncIterator[tuple[str, An
         yield url, app
 
 
-def ws_url(base: str, conversation_id: str, after_seq: int | None = None) -> str:
+@asynccontextmanager
+async def running_with_conversation(
+    settings: ConversationSettings, user: str = "alice",
+) -> AsyncIterator[tuple[str, Any, str]]:
+    """``running``, with a new conversation of ``user``: the base URL, the app, the conversation's id."""
+    async with running(settings) as (base, app):
+        async with httpx.AsyncClient() as client:
+            conversation = await new_conversation(client, base, user)
+        yield base, app, conversation["id"]
+
+
+def ws_url(base: str, conversation_id: str, after_seq: int | None = None, *, batch: bool = False) -> str:
     url = base.replace("http://", "ws://") + f"/conversations/{conversation_id}/ws"
-    return url if after_seq is None else f"{url}?after_seq={after_seq}"
+    query = ([f"after_seq={after_seq}"] if after_seq is not None else []) + (["batch=1"] if batch else [])
+    return f"{url}?{'&'.join(query)}" if query else url
 
 
 async def connect(base: str, conversation_id: str, user: str, after_seq: int | None = None, **kw: Any):
@@ -79,7 +92,9 @@ async def new_conversation(client: httpx.AsyncClient, base: str, user: str, titl
     return r.json()
 
 
-async def connect_not_reading(base: str, conversation_id: str, user: str, after_seq: int | None = None):
+async def connect_not_reading(
+    base: str, conversation_id: str, user: str, after_seq: int | None = None, *, batch: bool = False,
+):
     """A WebSocket client that takes (almost) nothing off the wire until the test reads from it."""
     parts = urlsplit(base)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -88,7 +103,7 @@ async def connect_not_reading(base: str, conversation_id: str, user: str, after_
     sock.setblocking(False)
     await asyncio.get_running_loop().sock_connect(sock, (parts.hostname, parts.port))
     return await websockets.connect(
-        ws_url(base, conversation_id, after_seq), sock=sock, additional_headers=auth(user), max_queue=1,
+        ws_url(base, conversation_id, after_seq, batch=batch), sock=sock, additional_headers=auth(user), max_queue=1,
         # Uncompressed, so each frame really takes its size in the buffers between the two ends.
         compression=None,
     )
@@ -120,3 +135,64 @@ class Reader:
     async def close(self) -> None:
         await self.ws.close()
         await asyncio.gather(self.task, return_exceptions=True)
+
+
+PING = json.dumps({"type": "ping", "data": {}})
+PONG = {"type": "pong", "data": {}}
+FRAME_TEXT = "x" * 16_000
+# Far more than loopback kernel buffers can hold: a stuck client's socket fills long before.
+MAX_FRAMES = 4_000
+
+
+def sample(app, name: str) -> float:
+    return app.state.metrics.registry.get_sample_value(name) or 0.0
+
+
+def capture_connections(hub) -> list:
+    """The hub's subscribers as they subscribe: the server's ``ClientConnection`` of each client."""
+    connections: list = []
+    subscribe = hub.subscribe
+
+    def recording(conversation_id: str, subscriber):
+        connections.append(subscriber)
+        return subscribe(conversation_id, subscriber)
+
+    hub.subscribe = recording
+    return connections
+
+
+@asynccontextmanager
+async def reader_and_stuck_client(base: str, app, cid: str, *, batch: bool = False):
+    """Two clients of ``cid`` (user alice): ``fast`` reads all the time, ``stuck`` takes nothing off
+    the wire until the test reads from it (``connect_not_reading``, with ``?batch=1`` if ``batch``).
+    Yields both with the server's connection of each. Both answered a ping, so both connections have
+    started sending: the pong is the one frame each has taken in (``stuck`` until the test reads
+    again)."""
+    connections = capture_connections(app.state.realtime.hub)
+    fast = Reader(await connect(base, cid, "alice"))
+    stuck = await connect_not_reading(base, cid, "alice", batch=batch)
+    try:
+        fast_conn, stuck_conn = connections
+        await stuck.send(PING)
+        assert json.loads(await asyncio.wait_for(stuck.recv(), 10)) == PONG
+        await fast.ws.send(PING)
+        await fast.wait_for(1, timeout=10)
+        yield fast, stuck, fast_conn, stuck_conn
+    finally:
+        await fast.close()
+        await stuck.close()
+
+
+async def publish_until_write_waits(publisher, cid: str, fast: Reader, fast_conn, stuck_conn) -> int:
+    """Publish 16 KB deltas (n = 1, 2 ... in a new conversation, so n is the seq) until the write to
+    ``stuck_conn``, whose client does not read, has to wait; ``fast`` (which had its pong) gets each
+    one inside its publish. Returns the n of that last frame."""
+    published = 0
+    while True:
+        assert published < MAX_FRAMES, "the write to the client that does not read never blocked"
+        published += 1
+        frame = await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": published, "text": FRAME_TEXT})
+        assert frame.seq == published and fast_conn.last_sent == frame.seq
+        if stuck_conn.last_sent < frame.seq:
+            return published
+        await fast.wait_for(1 + published, timeout=10)

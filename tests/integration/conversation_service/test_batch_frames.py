@@ -9,55 +9,30 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
 import websockets
 
 from conversation_service.realtime.frames import FrameType
 from tests.integration.conversation_service.support import (
-    Reader,
     auth,
-    connect,
-    connect_not_reading,
     make_settings,
-    new_conversation,
-    recv_frame,
-    running,
-    ws_url,
-)
-from tests.integration.conversation_service.test_client_delivery import (
-    PING,
-    PONG,
-    capture_connections,
     publish_until_write_waits,
+    reader_and_stuck_client,
+    recv_frame,
+    running_with_conversation,
     sample,
+    ws_url,
 )
 
 QUEUED = 5
 
 
-def _batch_url(base: str, cid: str, after_seq: int | None = None) -> str:
-    url = ws_url(base, cid, after_seq)
-    return url + ("&" if "?" in url else "?") + "batch=1"
-
-
-async def test_frames_queued_behind_a_blocked_write_go_out_in_one_batch(database_url: str, monkeypatch) -> None:
-    async with running(make_settings(database_url, ws_client_queue_size=QUEUED + 5)) as (base, app):
+async def test_frames_queued_behind_a_blocked_write_go_out_in_one_batch(database_url: str) -> None:
+    settings = make_settings(database_url, ws_client_queue_size=QUEUED + 5)
+    async with running_with_conversation(settings) as (base, app, cid):
         publisher = app.state.realtime.publisher
-        connections = capture_connections(app.state.realtime.hub)
-        async with httpx.AsyncClient() as client:
-            cid = (await new_conversation(client, base, "alice"))["id"]
-        fast = Reader(await connect(base, cid, "alice"))
-        # connect_not_reading with the batch query: same socket, same small window.
-        monkeypatch.setattr("tests.integration.conversation_service.support.ws_url",
-                            lambda b, c, a=None: _batch_url(b, c, a))
-        slow = await connect_not_reading(base, cid, "alice")
-        try:
-            fast_conn, slow_conn = connections
-            await slow.send(PING)
-            assert json.loads(await asyncio.wait_for(slow.recv(), 10)) == PONG
-            await fast.ws.send(PING)
-            await fast.wait_for(1, timeout=10)
-            blocked_at = await publish_until_write_waits(publisher, cid, fast, fast_conn, slow_conn, read_before=1)
+        # Only the client that does not read asks for batches.
+        async with reader_and_stuck_client(base, app, cid, batch=True) as (fast, slow, fast_conn, slow_conn):
+            blocked_at = await publish_until_write_waits(publisher, cid, fast, fast_conn, slow_conn)
             sent_before = sample(app, "conversation_ws_frames_sent_total")
             for n in range(blocked_at + 1, blocked_at + QUEUED + 1):
                 await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": "queued"})
@@ -77,21 +52,16 @@ async def test_frames_queued_behind_a_blocked_write_go_out_in_one_batch(database
             await fast.wait_for(1 + blocked_at + QUEUED, timeout=10)
             assert all("seq" in f and f["type"] != "batch" for f in fast.frames[1:])
             assert sample(app, "conversation_ws_frames_sent_total") == sent_before + 2 * QUEUED + 1  # and the blocked write, done once read
-        finally:
-            await fast.close()
-            await slow.close()
 
 
 async def test_a_replay_goes_out_in_batches_and_live_frames_follow_each_once(database_url: str) -> None:
     history = 700  # more than one replay page (500)
-    async with running(make_settings(database_url)) as (base, app):
+    async with running_with_conversation(make_settings(database_url)) as (base, app, cid):
         publisher = app.state.realtime.publisher
-        async with httpx.AsyncClient() as client:
-            cid = (await new_conversation(client, base, "alice"))["id"]
         for n in range(1, history + 1):
             await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": "h"})
         await app.state.realtime.writer.flush()
-        ws = await websockets.connect(_batch_url(base, cid, after_seq=0), additional_headers=auth("alice"))
+        ws = await websockets.connect(ws_url(base, cid, after_seq=0, batch=True), additional_headers=auth("alice"))
         try:
             first, second = await recv_frame(ws), await recv_frame(ws)
             assert first["type"] == second["type"] == "batch"
@@ -103,9 +73,7 @@ async def test_a_replay_goes_out_in_batches_and_live_frames_follow_each_once(dat
 
 
 async def test_a_bad_batch_value_is_refused(database_url: str) -> None:
-    async with running(make_settings(database_url)) as (base, _app):
-        async with httpx.AsyncClient() as client:
-            cid = (await new_conversation(client, base, "alice"))["id"]
+    async with running_with_conversation(make_settings(database_url)) as (base, _app, cid):
         url = ws_url(base, cid) + "?batch=yes"
         try:
             async with websockets.connect(url, additional_headers=auth("alice")) as ws:

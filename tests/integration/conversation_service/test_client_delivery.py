@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 
-import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
@@ -20,60 +19,25 @@ from conversation_service.errors import WS_TRY_AGAIN_LATER
 from conversation_service.realtime.frames import FrameType
 from conversation_service.websocket.router import SLOW_CONSUMER_REASON
 from tests.integration.conversation_service.support import (
+    FRAME_TEXT,
+    PING,
+    PONG,
     Reader,
     connect,
-    connect_not_reading,
     make_settings,
-    new_conversation,
+    publish_until_write_waits,
+    reader_and_stuck_client,
     recv_frame,
-    running,
+    running_with_conversation,
+    sample,
 )
 
 QUEUE_SIZE = 4
-FRAME_TEXT = "x" * 16_000
-# Far more than loopback kernel buffers can hold: the slow client's socket fills long before.
-MAX_FRAMES = 4_000
-PING = json.dumps({"type": "ping", "data": {}})
-PONG = {"type": "pong", "data": {}}
-
-
-async def publish_until_write_waits(publisher, cid: str, fast: Reader, fast_conn, stuck_conn, *, read_before: int) -> int:
-    """Publish 16 KB deltas (n = 1, 2 ... in a new conversation, so n is the seq) until the write to
-    ``stuck_conn``, whose client does not read, has to wait; ``fast`` (which had ``read_before``
-    frames) gets each one inside its publish. Returns the n of that last frame."""
-    published = 0
-    while True:
-        assert published < MAX_FRAMES, "the write to the client that does not read never blocked"
-        published += 1
-        frame = await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": published, "text": FRAME_TEXT})
-        assert frame.seq == published and fast_conn.last_sent == frame.seq
-        if stuck_conn.last_sent < frame.seq:
-            return published
-        await fast.wait_for(read_before + published, timeout=10)
-
-
-def capture_connections(hub) -> list:
-    """The hub's subscribers as they subscribe: the server's ``ClientConnection`` of each client."""
-    connections: list = []
-    subscribe = hub.subscribe
-
-    def recording(conversation_id: str, subscriber):
-        connections.append(subscriber)
-        return subscribe(conversation_id, subscriber)
-
-    hub.subscribe = recording
-    return connections
-
-
-def sample(app, name: str) -> float:
-    return app.state.metrics.registry.get_sample_value(name) or 0.0
 
 
 async def test_a_frame_for_a_client_that_keeps_up_is_written_before_the_publish_returns(database_url: str) -> None:
-    async with running(make_settings(database_url)) as (base, app):
+    async with running_with_conversation(make_settings(database_url)) as (base, app, cid):
         publisher = app.state.realtime.publisher
-        async with httpx.AsyncClient() as client:
-            cid = (await new_conversation(client, base, "alice"))["id"]
         ws = await connect(base, cid, "alice")
         try:
             # Answered: the connection has started sending and has nothing queued.
@@ -99,27 +63,14 @@ async def test_a_frame_for_a_client_that_keeps_up_is_written_before_the_publish_
 
 async def test_a_blocked_client_delays_no_other_and_is_cut_off_past_its_queue(database_url: str) -> None:
     settings = make_settings(database_url, ws_client_queue_size=QUEUE_SIZE)
-    async with running(settings) as (base, app):
+    async with running_with_conversation(settings) as (base, app, cid):
         publisher = app.state.realtime.publisher
-        connections = capture_connections(app.state.realtime.hub)
-        async with httpx.AsyncClient() as client:
-            cid = (await new_conversation(client, base, "alice"))["id"]
-        fast = Reader(await connect(base, cid, "alice"))
-        slow = await connect_not_reading(base, cid, "alice")
-        try:
-            fast_conn, slow_conn = connections
-            # Both answered a ping: both connections have started sending. The pong is the one
-            # frame the slow client takes in until the test reads from it again.
-            await slow.send(PING)
-            assert json.loads(await asyncio.wait_for(slow.recv(), 10)) == PONG
-            await fast.ws.send(PING)
-            await fast.wait_for(1, timeout=10)
+        async with reader_and_stuck_client(base, app, cid) as (fast, slow, fast_conn, slow_conn):
 
             async def publish(n: int):
                 return await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": FRAME_TEXT})
 
-            published = blocked_at = await publish_until_write_waits(
-                publisher, cid, fast, fast_conn, slow_conn, read_before=1)
+            published = blocked_at = await publish_until_write_waits(publisher, cid, fast, fast_conn, slow_conn)
 
             # From here on nothing lets the loop run, so the slow client's write stays blocked. Its
             # queue takes QUEUE_SIZE frames; the fast client gets each one inside the publish.
@@ -151,24 +102,13 @@ async def test_a_blocked_client_delays_no_other_and_is_cut_off_past_its_queue(da
             assert [f["data"]["n"] for f in fast.frames[1:]] == list(range(1, published + 1))
             assert sample(app, "conversation_ws_slow_consumers_total") == 1
             assert not fast.task.done()
-        finally:
-            await fast.close()
-            await slow.close()
 
 
 async def test_a_client_gone_while_its_write_waits_ends_alone(database_url: str, caplog) -> None:
-    async with running(make_settings(database_url)) as (base, app):
+    async with running_with_conversation(make_settings(database_url)) as (base, app, cid):
         publisher = app.state.realtime.publisher
-        connections = capture_connections(app.state.realtime.hub)
-        async with httpx.AsyncClient() as client:
-            cid = (await new_conversation(client, base, "alice"))["id"]
-        fast = Reader(await connect(base, cid, "alice"))
-        gone = await connect_not_reading(base, cid, "alice")
-        try:
-            fast_conn, gone_conn = connections
-            await gone.send(PING)
-            assert json.loads(await asyncio.wait_for(gone.recv(), 10)) == PONG
-            published = await publish_until_write_waits(publisher, cid, fast, fast_conn, gone_conn, read_before=0)
+        async with reader_and_stuck_client(base, app, cid) as (fast, gone, fast_conn, gone_conn):
+            published = await publish_until_write_waits(publisher, cid, fast, fast_conn, gone_conn)
 
             caplog.set_level(logging.ERROR, logger="conversation_service")
             gone.transport.abort()  # the client vanishes with a write to it under way
@@ -176,28 +116,23 @@ async def test_a_client_gone_while_its_write_waits_ends_alone(database_url: str,
                 while sample(app, "conversation_ws_connections") > 1:
                     published += 1
                     await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": published, "text": "after"})
-                    await fast.wait_for(published, timeout=10)
+                    await fast.wait_for(1 + published, timeout=10)
 
             # The publisher and the other client carried on; nothing was logged as a failure.
             for _ in range(3):
                 published += 1
                 await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": published, "text": "after"})
-            await fast.wait_for(published, timeout=10)
-            assert [f["data"]["n"] for f in fast.frames] == list(range(1, published + 1))
+            await fast.wait_for(1 + published, timeout=10)
+            assert [f["data"]["n"] for f in fast.frames[1:]] == list(range(1, published + 1))
             assert fast_conn.last_sent == published
             assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
-        finally:
-            await fast.close()
-            await gone.close()
 
 
 async def test_live_frames_published_during_the_replay_follow_it_each_once(database_url: str) -> None:
     history = 1_200  # several replay reads
     live = 50
-    async with running(make_settings(database_url)) as (base, app):
+    async with running_with_conversation(make_settings(database_url)) as (base, app, cid):
         publisher = app.state.realtime.publisher
-        async with httpx.AsyncClient() as client:
-            cid = (await new_conversation(client, base, "alice"))["id"]
         for n in range(1, history + 1):
             await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": "h"})
         await app.state.realtime.writer.flush()

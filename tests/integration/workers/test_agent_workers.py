@@ -32,13 +32,6 @@ HEADERS = {"X-API-Key": KEY}
 BODY = {"message": "hello there, who are you?", "user_context": {"user_id": "u1"}}
 
 
-@pytest.fixture
-def pg_url(database_url: str) -> str:
-    if not database_url.startswith("postgresql"):
-        pytest.skip("cross-process push is PostgreSQL's LISTEN/NOTIFY; SQLite followers poll")
-    return database_url
-
-
 async def _read_sse(resp: httpx.Response, arrivals: dict[int, float]) -> str | None:
     """Record when each seq arrived; the terminal event's type."""
     decoder = SSEDecoder()
@@ -80,9 +73,9 @@ async def _follow_run(owner_url: str, follower_url: str, follower_client: httpx.
     return own, followed, own_end, follow_end, resp.headers.get("x-worker"), follower_worker
 
 
-async def test_a_reader_on_another_process_is_pushed_each_commit(pg_url: str, tmp_path: Path) -> None:
-    a = ServiceProcess("agent_service", {**ENV, "AGENT_SERVICE_DATABASE_URL": pg_url})
-    b = ServiceProcess("agent_service", {**ENV, "AGENT_SERVICE_DATABASE_URL": pg_url})
+async def test_a_reader_on_another_process_is_pushed_each_commit(postgres_url: str, tmp_path: Path) -> None:
+    a = ServiceProcess("agent_service", {**ENV, "AGENT_SERVICE_DATABASE_URL": postgres_url})
+    b = ServiceProcess("agent_service", {**ENV, "AGENT_SERVICE_DATABASE_URL": postgres_url})
     await a.start(tmp_path)
     await b.start(tmp_path)
     try:
@@ -111,9 +104,9 @@ def _pids(metrics: str) -> set[int]:
 
 
 async def test_two_workers_share_the_port_stream_across_each_other_and_stop_on_sigterm(
-    pg_url: str, tmp_path: Path,
+    postgres_url: str, tmp_path: Path,
 ) -> None:
-    service = ServiceProcess("agent_service", {**ENV, "AGENT_SERVICE_DATABASE_URL": pg_url}, args=["--workers", "2"])
+    service = ServiceProcess("agent_service", {**ENV, "AGENT_SERVICE_DATABASE_URL": postgres_url}, args=["--workers", "2"])
     await service.start(tmp_path)
     try:
         # Requests spread: each fresh connection is accepted by whichever worker takes it first.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -50,12 +49,10 @@ async def test_followers_are_woken_on_commit_only_and_per_session(database_url: 
         await engine.dispose()
 
 
-async def test_the_postgres_listener_reconnects_and_wakes_every_follower(database_url: str) -> None:
-    if not database_url.startswith("postgresql"):
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
-    engine = create_engine(database_url)
+async def test_the_postgres_listener_reconnects_and_wakes_every_follower(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
     sessionmaker = create_sessionmaker(engine)
-    notifier = build_notifier(make_url(database_url), fallback_poll_s=5, local_poll_s=0.5)
+    notifier = build_notifier(make_url(postgres_url), fallback_poll_s=5, local_poll_s=0.5)
     await notifier.start()
     try:
         with notifier.watch("s1") as watch:

@@ -11,6 +11,7 @@ from sqlalchemy import event as sa_event
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
 from agent_service.models import AgentSession
+from agent_service.runs import streaming
 from agent_service.runs.event_log import EventLog
 from agent_service.runs.repository import SessionRepository
 from agent_service.runs.streaming import EventStreamer, StreamSettings
@@ -256,3 +257,59 @@ async def test_a_stream_following_another_replicas_run_ends_once_the_service_sta
         assert not reader.done()
         stopping.set()
         assert await asyncio.wait_for(reader, 10) == []
+
+
+async def test_the_log_is_replayed_page_by_page_until_a_short_page_or_the_runs_terminal_event(
+    database_url: str, monkeypatch,
+) -> None:
+    monkeypatch.setattr(streaming, "_PAGE", 2)
+    async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, log_reads, _metrics):
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
+        for i in range(5):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)  # 1..6 written
+        streamer = EventStreamer(log, sessionmaker, SETTINGS)
+
+        log_reads.clear()
+        assert await _read_all(streamer, "s1", 1, until_run="r1") == [2, 3, 4, 5, 6]
+        assert len(log_reads) == 3  # [2, 3] [4, 5] [6]: the terminal event ends it
+
+        log_reads.clear()
+        assert await _read_all(streamer, "s1", 2) == [3, 4, 5, 6]
+        # No run to wait for: [3, 4] [5, 6] [] (a short page ends the replay), then the session is
+        # no longer ACTIVE, so the follow reads once more ([]) and ends.
+        assert len(log_reads) == 4
+
+
+async def test_a_followed_run_is_read_page_by_page_until_its_terminal_event(database_url: str, monkeypatch) -> None:
+    monkeypatch.setattr(streaming, "_PAGE", 2)
+    async with _running_log(database_url, live_queue_size=1000) as (sessionmaker, log, log_reads, metrics):
+        # Only notifications wake the follower here: no safety-net poll adds a read of its own.
+        log.notifier.fallback_poll_s = 60
+        # The run lives in "another process": its own event log, on the same database, announcing
+        # its commits through the follower's notifier.
+        other = EventLog(sessionmaker, group_commit_ms=60_000, live_queue_size=1000, metrics=metrics,
+                         notifier=log.notifier)
+        other.start()
+        try:
+            client = _Client()
+            streamer = EventStreamer(log, sessionmaker, SETTINGS)
+            reader = asyncio.create_task(streamer.serve(client.write, "s1", 0))
+            async with asyncio.timeout(10):
+                while len(log_reads) < 2:  # the replay found nothing, the follow read once and waits
+                    await asyncio.sleep(0.01)
+            channel = other.open_channel("s1", "r1", 1, reserved=1000)
+            for i in range(5):
+                other.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+            await other.writer.flush()  # 1..5 in one commit
+            async with asyncio.timeout(10):
+                while client.seqs[-1:] != [5]:
+                    await asyncio.sleep(0.01)
+            await other.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+            await asyncio.wait_for(reader, 10)
+        finally:
+            await other.aclose()
+    assert client.seqs == [1, 2, 3, 4, 5, 6]
+    # [] [], then [1, 2] [3, 4] [5] (a short page: wait for the next commit), then [6]: the
+    # terminal event of the session's run ends it.
+    assert len(log_reads) == 6
