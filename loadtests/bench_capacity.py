@@ -209,7 +209,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
     clients = Clients(args.clients)
     try:
-        async with running_product(args, root, chat="chat" in targets, workers=args.workers, stamp=True) as product, \
+        # Every stream of the largest level calls the model at once (at the default limit, 100, the
+        # others would wait for a connection before their first token).
+        model_calls = {"LLM_MAX_CONNECTIONS": str(max(*args.levels, 100))}
+        async with running_product(args, root, chat="chat" in targets, workers=args.workers, stamp=True,
+                                   agent_env=model_calls) as product, \
                 httpx.AsyncClient(timeout=30) as http:
             if product.redis_url is not None:
                 results["settings"]["redis_url"] = product.redis_url

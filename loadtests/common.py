@@ -156,10 +156,12 @@ def llm_env(llm: Process) -> dict[str, str]:
 
 def agent_process(
     log_dir: Path, llm: Process, database_url: str, log_level: str, name: str = "agent_service", workers: int = 1,
+    extra_env: dict[str, str] | None = None,
 ) -> Process:
     return Process(
         name, ["-m", "agent_service", *workers_args(workers)],
         {
+            **(extra_env or {}),
             **llm_env(llm),
             "AGENT_SERVICE_DATABASE_URL": database_url,
             "AGENT_SERVICE_API_KEYS": AGENT_KEY,
@@ -286,13 +288,15 @@ class Product:
 @asynccontextmanager
 async def running_product(
     args: argparse.Namespace, root: Path, *, chat: bool = True, workers: int = 1, stamp: bool = False,
+    agent_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Product]:
     """The fake model, the Agent Service and (``chat``) the ConversationService on fresh databases.
 
     ``args`` holds the benchmarks' common options: ``db``, the model's pace (``tokens``,
     ``ttft_ms``, ``token_delay_ms``) and the services' ``log_level``. Each service runs ``workers``
     processes; with more than one, the ConversationService's workers share a fresh Redis database,
-    flushed afterwards. ``stamp``: see ``fake_llm``. Everything is stopped and dropped on exit.
+    flushed afterwards. ``stamp``: see ``fake_llm``; ``agent_env``: more Agent Service settings.
+    Everything is stopped and dropped on exit.
     """
     redis_db = await fresh_redis_db() if chat and workers > 1 else None
     redis_url = None if redis_db is None else f"{REDIS_BASE}/{redis_db}"
@@ -300,7 +304,7 @@ async def running_product(
         async with databases(args.db, ["agent", "chat"] if chat else ["agent"], root) as urls:
             llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms,
                            stamp=stamp)
-            agent = agent_process(root, llm, urls["agent"], args.log_level, workers=workers)
+            agent = agent_process(root, llm, urls["agent"], args.log_level, workers=workers, extra_env=agent_env)
             processes, chat_service = [llm, agent], None
             if chat:
                 chat_service = conversation_process(
