@@ -47,6 +47,7 @@ from conversation_service.settings import ConversationSettings
 from conversation_service.tasks import TaskSupervisor, every
 from conversation_service.turns.leases import TurnLeases
 from shared.db import create_engine, create_sessionmaker
+from shared.fastpath.aiohttp_transport import AiohttpTransport
 from shared.http_metrics import install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
@@ -96,9 +97,10 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
             llm = await stack.enter_async_context(build_llm(settings))
             realtime = app.state.realtime = await stack.enter_async_context(
                 build_realtime(settings, storage, metrics))
+            client_config = settings.delegation.client_config()
             client = await stack.enter_async_context(AgentServiceClient(
                 settings.agent_service_url, settings.agent_service_api_key.get_secret_value() or "unset",
-                config=settings.delegation.client_config(),
+                config=client_config, transport=AiohttpTransport(max_connections=client_config.max_connections),
             ))
             app.state.agent_client = client  # the memory routes ask the Agent Service directly
             # Replies and turns under way stop before the client they use closes.

@@ -69,6 +69,7 @@ class AgentServiceClient:
         api_key: str,
         *,
         http_client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         config: AgentClientConfig | None = None,
         sleep: Sleep = asyncio.sleep,
         on_retry: RetryHook | None = None,
@@ -87,7 +88,10 @@ class AgentServiceClient:
         self.on_retry = on_retry
         self.on_reconnect = on_reconnect
         self._owns_http = http_client is None
+        # ``transport``: what the client it creates sends through (the ConversationService's is
+        # ``shared.fastpath.aiohttp_transport``: an event per chunk costs a third of the CPU).
         self._http = http_client or httpx.AsyncClient(
+            transport=transport,
             limits=httpx.Limits(
                 max_connections=self.config.max_connections,
                 max_keepalive_connections=self.config.max_keepalive_connections,

@@ -12,6 +12,7 @@ benchmark showed it pays (figures in docs/benchmarks.md and docs/benchmarks-hist
 | ``sqlite_gate`` | SQLite writers wait their turn on the event loop instead of in SQLite's polling busy handler | ``shared.db.create_engine`` (SQLite only) |
 | ``direct_body`` | a streamed response's body messages go to the outermost middleware's ``send``, past the wrappers that act on the start message only (off when any middleware is not start-only) | the Agent Service's SSE response |
 | ``prevalidated`` | a pydantic model built from values already of its fields' types, without a second validation | the Agent Service's live event envelopes |
+| ``aiohttp_transport`` | ``AiohttpTransport``: httpx's API on aiohttp's pool and C parser (a token per chunk costs a third of the CPU of httpx's own transport) | the OpenAI-compatible provider's client; the ConversationService's Agent Service client |
 | ``process`` | ``tune_process``: shorter GIL turns for database driver threads, the start-up heap frozen out of GC | each service's ``__main__`` |
 
 The services' own overlaps of set-up with the model's time to first token (the Agent Service's early

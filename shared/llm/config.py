@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+import httpx
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -47,16 +48,18 @@ class LLMSettings(BaseSettings):
 
 
 def build_provider(
-    settings: LLMSettings, *,
+    settings: LLMSettings, http_client: httpx.AsyncClient | None = None, *,
     on_wait: Callable[[float], None] | None = None, on_waiters: Callable[[int], None] | None = None,
 ) -> LLMProvider:
-    """The configured provider (close it with ``aclose``). ``on_wait``/``on_waiters`` report calls
-    waiting for a free connection."""
+    """The configured provider (close it with ``aclose``). ``http_client``: a pooled client for the
+    LLM upstream with room for ``llm_max_connections`` calls; without one the OpenAI-compatible
+    provider creates (and closes) its own. ``on_wait``/``on_waiters`` report calls waiting for a free connection."""
     if settings.llm_provider == "openai":
         return OpenAICompatibleProvider(
             base_url=settings.llm_base_url,
             api_key=settings.llm_api_key,
             model=settings.llm_model,
+            http_client=http_client,
             connect_timeout=settings.llm_connect_timeout,
             read_timeout=settings.llm_read_timeout,
             request_timeout=settings.llm_request_timeout,

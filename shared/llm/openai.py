@@ -5,8 +5,8 @@ Works with OpenAI, vLLM, Ollama, the llama.cpp server and LiteLLM: it sends ``st
 ``LLMEvent``s. Tool calls arrive as fragments spread over many chunks (``index`` says which call a
 fragment belongs to, the JSON arguments come a few characters at a time); they are assembled here
 and emitted whole when the choice finishes. Transport and HTTP failures are translated in one place
-(``_translate``) onto the ``LLMError`` tree of ``shared.llm.base``. The HTTP exchange itself goes
-through ``shared.fastpath.streaming_http`` (a token per chunk is read through a C parser).
+(``_translate``) onto the ``LLMError`` tree of ``shared.llm.base``. The provider's own client reads
+through ``shared.fastpath.aiohttp_transport`` (a token per chunk, parsed in C).
 """
 
 from __future__ import annotations
@@ -18,16 +18,11 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import orjson
 from pydantic import SecretStr
 
-from shared.fastpath.streaming_http import (
-    HTTPConnectError,
-    HTTPStreamError,
-    HTTPTimeout,
-    StreamedResponse,
-    StreamingHTTP,
-)
+from shared.fastpath.aiohttp_transport import AiohttpTransport
 from shared.llm.base import (
     DEFAULT_OPTIONS,
     CompletionOptions,
@@ -117,8 +112,10 @@ class _StreamState:
 class OpenAICompatibleProvider:
     """Streams chat completions from an OpenAI-compatible endpoint.
 
-    The provider owns its pool of kept-alive connections to the upstream, one per slot, and closes
-    it in ``aclose``.
+    ``http_client`` is a pooled client for this upstream with at least ``max_connections``
+    connections; the timeouts are applied per request, so a shared client with other defaults
+    still gets this provider's limits. Without one the provider owns one (on ``AiohttpTransport``)
+    and closes it in ``aclose``.
 
     At most ``max_connections`` calls stream at once (``slots``); the others wait their turn for up
     to ``request_timeout`` seconds.
@@ -132,6 +129,7 @@ class OpenAICompatibleProvider:
         base_url: str,
         model: str,
         api_key: SecretStr | str | None = None,
+        http_client: httpx.AsyncClient | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 60.0,
         request_timeout: float = 60.0,
@@ -146,16 +144,19 @@ class OpenAICompatibleProvider:
             self._headers["Authorization"] = f"Bearer {secret}"
         self._request_timeout = request_timeout
         self.slots = slots or ConnectionSlots(max_connections)
-        # The slots keep this provider within the pool, so the pool never makes a call wait.
-        self._http = StreamingHTTP(
-            max_connections=self.slots.limit, connect_timeout=connect_timeout, read_timeout=read_timeout
+        # The slots keep this provider within the pool, so the pool's own wait is only a backstop.
+        self._timeout = httpx.Timeout(
+            connect=connect_timeout, read=read_timeout, write=read_timeout, pool=request_timeout
         )
+        self._owns_client = http_client is None
+        self._client = http_client or httpx.AsyncClient(transport=AiohttpTransport(max_connections=self.slots.limit))
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAICompatibleProvider(url={self._url!r}, model={self._model!r})"
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._owns_client:
+            await self._client.aclose()
 
     def _body(
         self, messages: Sequence[LLMMessage], tools: Sequence[ToolSpec], options: CompletionOptions
@@ -185,13 +186,15 @@ class OpenAICompatibleProvider:
         state = _StreamState()
         started = time.monotonic()
         try:
-            async with self.slots.slot(self._request_timeout), self._http.post(
+            async with self.slots.slot(self._request_timeout), self._client.stream(
+                "POST",
                 self._url,
-                body=orjson.dumps(self._body(messages, tools, options)),
+                content=orjson.dumps(self._body(messages, tools, options)),
                 headers={**self._headers, "Content-Type": "application/json"},
+                timeout=self._timeout,
             ) as response:
-                if not 200 <= response.status < 300:
-                    raise LLMStatusError(response.status, await _error_message(response))
+                if not response.is_success:
+                    raise LLMStatusError(response.status_code, await _error_message(response))
                 problem = check_event_stream(response)
                 if problem is not None:
                     raise LLMProtocolError(f"the LLM endpoint did not answer with an event stream: {problem}")
@@ -206,11 +209,11 @@ class OpenAICompatibleProvider:
         except LLMError as exc:
             logger.warning("llm request failed", extra={"error": type(exc).__name__, "url": self._url})
             raise
-        except HTTPStreamError as exc:
+        except httpx.HTTPError as exc:
             translated = _translate(exc)
             logger.warning(
                 "llm request failed",
-                extra={"error": type(translated).__name__, "detail": str(translated), "url": self._url},
+                extra={"error": type(translated).__name__, "detail": str(exc), "url": self._url},
             )
             raise translated from exc
 
@@ -353,20 +356,31 @@ def _error_from_payload(payload: Any) -> tuple[int | None, str]:
     return status, text[:MAX_ERROR_MESSAGE_CHARS]
 
 
-async def _error_message(response: StreamedResponse) -> str:
-    body = await response.read(MAX_ERROR_BODY_BYTES)
+async def _error_message(response: httpx.Response) -> str:
+    body = b""
+    async for part in response.aiter_bytes():
+        body += part
+        if len(body) >= MAX_ERROR_BODY_BYTES:
+            break
     try:
         return _error_from_payload(orjson.loads(body))[1]
     except orjson.JSONDecodeError:
         text = body.decode("utf-8", "replace").strip()
-        return (text or response.reason or "no body")[:MAX_ERROR_MESSAGE_CHARS]
+        return (text or response.reason_phrase or "no body")[:MAX_ERROR_MESSAGE_CHARS]
 
 
-def _translate(exc: HTTPStreamError) -> LLMError:
+def _translate(exc: Exception) -> LLMError:
     """The one place transport failures become ``LLMError``s."""
-    if isinstance(exc, HTTPTimeout):
-        kind = "connecting to" if exc.phase == "connect" else "waiting for data from"
+    if isinstance(exc, httpx.TimeoutException):
+        kind = {
+            httpx.ConnectTimeout: "connecting to",
+            httpx.ReadTimeout: "waiting for data from",
+            httpx.WriteTimeout: "sending to",
+            httpx.PoolTimeout: "waiting for a free connection to",
+        }.get(type(exc), "talking to")
         return LLMTimeoutError(f"timed out {kind} the LLM endpoint")
-    if isinstance(exc, HTTPConnectError):
+    if isinstance(exc, httpx.ConnectError):
         return LLMConnectionError(f"could not connect to the LLM endpoint: {exc}")
-    return LLMConnectionError(f"the connection to the LLM endpoint failed: {exc}")
+    if isinstance(exc, httpx.TransportError):
+        return LLMConnectionError(f"the connection to the LLM endpoint failed: {type(exc).__name__}")
+    return LLMProtocolError(f"unexpected HTTP failure: {type(exc).__name__}")

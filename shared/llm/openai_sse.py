@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from shared.fastpath.streaming_http import StreamedResponse
+import httpx
 
 __all__ = ["check_event_stream", "iter_data"]
 
 
-def check_event_stream(response: StreamedResponse) -> str | None:
+def check_event_stream(response: httpx.Response) -> str | None:
     """What is wrong with ``response`` as an event stream (its content type), or None."""
     content_type = response.headers.get("content-type", "").partition(";")[0]
     if "text/event-stream" not in content_type:
@@ -63,10 +63,10 @@ class DataDecoder:
         return self.feed(b"\n") if self._buffer.endswith(b"\r") else []
 
 
-async def iter_data(response: StreamedResponse) -> AsyncIterator[bytes]:
+async def iter_data(response: httpx.Response) -> AsyncIterator[bytes]:
     """Each event's ``data`` of ``response``'s body, in order."""
     decoder = DataDecoder()
-    async for chunk in response.chunks():
+    async for chunk in response.aiter_bytes():
         for data in decoder.feed(chunk):
             yield data
     for data in decoder.end():

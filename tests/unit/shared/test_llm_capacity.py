@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 import pytest
 
 from shared.llm.base import LLMDone, LLMMessage, LLMTimeoutError, TextDelta
@@ -81,18 +82,14 @@ async def test_a_pool_exhausted_by_timed_out_and_cancelled_streams_serves_the_ne
 
 
 async def test_a_burst_waiting_longer_than_five_seconds_for_the_pool_all_succeeds() -> None:
-    """60 calls of 0.6 s on a provider of 5 connections: the last start after 6 s. They used to fail
-    after the pool's 5 s ('timed out waiting for a free connection'); now they wait their turn."""
+    """60 calls of 0.6 s on a shared client of 5 connections: the last start after 6 s. They used to
+    fail after the pool's 5 s ('timed out waiting for a free connection'); now they wait their turn."""
     fake = FakeOpenAI(tokens=20, token_delay_ms=30)
-    async with running_fake_openai(fake) as (_, base_url):
-        provider = OpenAICompatibleProvider(
-            base_url=base_url, model="m", connect_timeout=5.0, slots=ConnectionSlots(LIMIT)
-        )
+    async with running_fake_openai(fake) as (_, base_url), \
+            httpx.AsyncClient(limits=httpx.Limits(max_connections=LIMIT, max_keepalive_connections=LIMIT)) as client:
+        provider = OpenAICompatibleProvider(base_url=base_url, model="m", http_client=client)
         started = time.monotonic()
-        try:
-            results = await asyncio.gather(*(collect(provider) for _ in range(60)), return_exceptions=True)
-        finally:
-            await provider.aclose()
+        results = await asyncio.gather(*(collect(provider) for _ in range(60)), return_exceptions=True)
     assert [r for r in results if isinstance(r, BaseException)] == []
     assert time.monotonic() - started > 5.0  # the burst really outlasted the old pool timeout
 

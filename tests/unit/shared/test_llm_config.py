@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from pydantic import ValidationError
 
@@ -32,6 +33,15 @@ def test_environment_selects_the_openai_provider(monkeypatch: pytest.MonkeyPatch
     provider = build_provider(settings)
     assert isinstance(provider, OpenAICompatibleProvider)
     assert "sk-very-secret" not in repr(provider)
+
+
+async def test_the_injected_client_is_used_and_not_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_PROVIDER", "openai")
+    monkeypatch.setenv("LLM_BASE_URL", "http://127.0.0.1:8000/v1")
+    async with httpx.AsyncClient() as client:
+        provider = build_provider(LLMSettings(), http_client=client)
+        await provider.aclose()
+        assert not client.is_closed
 
 
 def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
-"""``StreamingHTTP`` against a real socket server on loopback: a kept-alive connection the server
-drops is replaced without failing the call; failures come out as the module's three errors."""
+"""``AiohttpTransport`` under httpx against a real socket server on loopback: a kept-alive
+connection the server drops is replaced without failing the request; failures come out as httpx's
+exceptions; the body arrives in the pieces the server sent."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
 import pytest
 
-from shared.fastpath.streaming_http import HTTPConnectError, HTTPTimeout, StreamingHTTP
+from shared.fastpath.aiohttp_transport import AiohttpTransport
 from tests.support.servers import free_port
 
 BODY = b'{"hello": "world"}'
@@ -59,38 +61,32 @@ async def server(*, drop_second_request: bool = False, answer_after_s: float = 0
         await srv.wait_closed()
 
 
-async def post(http: StreamingHTTP, url: str) -> tuple[int, bytes]:
-    async with http.post(url, body=BODY, headers={"Content-Type": "application/json"}) as response:
-        return response.status, b"".join([chunk async for chunk in response.chunks()])
+def client(read_timeout: float = 2.0) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=AiohttpTransport(max_connections=4), timeout=httpx.Timeout(2.0, read=read_timeout)
+    )
 
 
-async def test_a_dropped_kept_alive_connection_is_replaced_and_the_call_succeeds() -> None:
-    http = StreamingHTTP(max_connections=4, connect_timeout=2, read_timeout=2)
-    try:
-        async with server(drop_second_request=True) as seen:
-            assert await post(http, seen["url"]) == (200, ANSWER)
-            assert await post(http, seen["url"]) == (200, ANSWER)  # its first connection is dropped
-            assert seen["connections"] == 2 and seen["answered"] == 2
-    finally:
-        await http.aclose()
-    assert http.is_closed
+async def post(http: httpx.AsyncClient, url: str) -> tuple[int, str, bytes]:
+    async with http.stream("POST", url, content=BODY, headers={"Content-Type": "application/json"}) as response:
+        body = b"".join([chunk async for chunk in response.aiter_raw()])
+        return response.status_code, response.headers["content-type"], body
+
+
+async def test_a_dropped_kept_alive_connection_is_replaced_and_the_request_succeeds() -> None:
+    async with client() as http, server(drop_second_request=True) as seen:
+        assert await post(http, seen["url"]) == (200, "text/event-stream", ANSWER)
+        assert await post(http, seen["url"]) == (200, "text/event-stream", ANSWER)  # its first connection is dropped
+        assert seen["connections"] == 2 and seen["answered"] == 2
 
 
 async def test_a_refused_connection_is_a_connect_error() -> None:
-    http = StreamingHTTP(max_connections=1, connect_timeout=2, read_timeout=2)
-    try:
-        with pytest.raises(HTTPConnectError):
+    async with client() as http:
+        with pytest.raises(httpx.ConnectError):
             await post(http, f"http://127.0.0.1:{free_port()}/v1/chat/completions")
-    finally:
-        await http.aclose()
 
 
 async def test_silence_longer_than_the_read_timeout_is_a_read_timeout() -> None:
-    http = StreamingHTTP(max_connections=1, connect_timeout=2, read_timeout=0.2)
-    try:
-        async with server(answer_after_s=2.0) as seen:
-            with pytest.raises(HTTPTimeout) as caught:
-                await post(http, seen["url"])
-            assert caught.value.phase == "read"
-    finally:
-        await http.aclose()
+    async with client(read_timeout=0.2) as http, server(answer_after_s=2.0) as seen:
+        with pytest.raises(httpx.ReadTimeout):
+            await post(http, seen["url"])
