@@ -44,7 +44,7 @@ from agent_service.tools.knowledge.indexer import index_knowledge
 from agent_service.tools.registry import build_registry
 from shared.api_docs import install_api_docs
 from shared.body_limit import BodySizeLimitMiddleware
-from shared.db import create_engine, create_sessionmaker
+from shared.db import create_engine, create_lease_engine, create_sessionmaker
 from shared.fastpath.direct_body import DirectBodyMiddleware
 from shared.heap_profile import install_heap_profile
 from shared.http_contract import install_openapi
@@ -150,9 +150,13 @@ async def build_runs(
         lease_seconds=settings.lease_seconds, snapshot_max_bytes=settings.session_snapshot_max_bytes,
     )
     event_log.lease_to(manager.owner_id, manager.taken_over_runs)
+    # Renewals on a pool of their own: never late because every request holds a connection.
+    lease_engine = create_lease_engine(settings.database_url)
+    if lease_engine is not None:
+        stack.push_async_callback(lease_engine.dispose)
     keeper = LeaseKeeper(
-        sessionmaker=sessionmaker, manager=manager, event_log=event_log, metrics=metrics,
-        renew_seconds=settings.lease_renew_seconds,
+        sessionmaker=create_sessionmaker(lease_engine) if lease_engine is not None else sessionmaker,
+        manager=manager, event_log=event_log, metrics=metrics, renew_seconds=settings.lease_renew_seconds,
     )
     stack.push_async_callback(keeper.aclose)
     # Only runs whose lease expired: other replicas' live runs are left alone. Runs of a process

@@ -46,7 +46,7 @@ from conversation_service.routing.router import MessageRouter
 from conversation_service.settings import ConversationSettings
 from conversation_service.tasks import TaskSupervisor, every
 from conversation_service.turns.leases import TurnLeases
-from shared.db import create_engine, create_sessionmaker
+from shared.db import create_engine, create_lease_engine, create_sessionmaker
 from shared.fastpath.aiohttp_transport import AiohttpTransport
 from shared.http_metrics import install_http_metrics
 from shared.llm.base import LLMProvider
@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 class Storage:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker
+    # The turn leases' renewals and takeovers: a pool of their own (``create_lease_engine``).
+    lease_sessionmaker: async_sessionmaker
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +131,15 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
 @asynccontextmanager
 async def build_storage(settings: ConversationSettings) -> AsyncIterator[Storage]:
     engine = create_engine(settings.conversation_database_url, pool_size=settings.database_pool_size)
+    lease_engine = create_lease_engine(settings.conversation_database_url)
     try:
         if settings.should_migrate_on_start:
             await migrate.upgrade(engine)
-        yield Storage(engine, create_sessionmaker(engine))
+        sessionmaker = create_sessionmaker(engine)
+        yield Storage(engine, sessionmaker, create_sessionmaker(lease_engine) if lease_engine else sessionmaker)
     finally:
+        if lease_engine is not None:
+            await lease_engine.dispose()
         await engine.dispose()
 
 
@@ -141,7 +147,7 @@ async def build_storage(settings: ConversationSettings) -> AsyncIterator[Storage
 async def build_leases(settings: ConversationSettings, storage: Storage) -> AsyncIterator[TurnLeases]:
     """This replica's turn leases; on a graceful shutdown the unfinished turns are released for
     another replica to take over at once."""
-    leases = TurnLeases(storage.sessionmaker, lease_s=settings.turn_lease_s)
+    leases = TurnLeases(storage.sessionmaker, lease_s=settings.turn_lease_s, keeper_sessionmaker=storage.lease_sessionmaker)
     try:
         yield leases
     finally:

@@ -30,8 +30,16 @@ T = TypeVar("T")
 
 
 class TurnLeases:
-    def __init__(self, sessionmaker: async_sessionmaker, *, lease_s: float, replica_id: str | None = None) -> None:
+    """``keeper_sessionmaker``: for the renewals, the sweep's claims and the release, a pool apart
+    from the requests' (``shared.db.create_lease_engine``), so a renewal is never late because
+    every connection is busy; the requests' pool by default."""
+
+    def __init__(
+        self, sessionmaker: async_sessionmaker, *, lease_s: float, replica_id: str | None = None,
+        keeper_sessionmaker: async_sessionmaker | None = None,
+    ) -> None:
         self._sessionmaker = sessionmaker
+        self._keeper_sessionmaker = keeper_sessionmaker or sessionmaker
         self.lease = timedelta(seconds=lease_s)
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:12]}"
         self.held: set[str] = set()  # turns whose reply runs in this process now
@@ -81,7 +89,7 @@ class TurnLeases:
         if not self.held:
             return
         held = tuple(self.held)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._keeper_sessionmaker) as session:
             turns = TurnRepository(session)
             owned = await turns.renew(self.replica_id, held, self.expires_at())
             to_stop = await turns.stop_requested(self.replica_id, held)
@@ -97,14 +105,14 @@ class TurnLeases:
 
     async def release(self) -> None:
         """Graceful shutdown: the turns left unfinished are free for a takeover at once."""
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._keeper_sessionmaker) as session:
             released = await TurnRepository(session).release(self.replica_id, utcnow() - timedelta(seconds=1))
         if released:
             log.info("released turn leases for takeover", extra={"turns": released})
 
     async def claim_expired(self, limit: int) -> list:
         now = utcnow()
-        async with unit_of_work(self._sessionmaker) as session:
+        async with unit_of_work(self._keeper_sessionmaker) as session:
             turns = await TurnRepository(session).claim_expired(self.replica_id, now, self.expires_at(now), limit)
         self.held.update(t.id for t in turns)
         return turns

@@ -15,7 +15,7 @@ from conversation_service.db.models import Conversation, Message, TurnStatus, ut
 from conversation_service.db.repository import unit_of_work
 from conversation_service.turns.leases import TurnLeases
 from conversation_service.turns.repository import TurnRepository
-from shared.db import create_engine, create_sessionmaker
+from shared.db import create_engine, create_lease_engine, create_sessionmaker
 
 
 async def _accepted_message(sessionmaker, leases: TurnLeases) -> str:
@@ -147,4 +147,33 @@ async def test_only_a_turn_still_running_here_that_the_renewal_missed_is_reporte
             TurnRepository.renew = renew
         assert [r.lost for r in caplog.records if r.getMessage() == "turn leases lost"] == [1]
     finally:
+        await engine.dispose()
+
+
+async def test_a_renewal_is_on_time_while_every_connection_of_the_requests_pool_is_busy(
+    database_url: str,
+) -> None:
+    """The renewal and the sweep have a pool of their own on PostgreSQL: at 100 turns starting at
+    once a renewal on the shared pool waited 13.6 s for a connection and the leases of running
+    turns ran out (the process took its own turns over and sent their replies twice)."""
+    engine = create_engine(database_url, pool_size=1)  # two connections with the overflow
+    await migrate.upgrade(engine)
+    lease_engine = create_lease_engine(database_url)
+    sessionmaker = create_sessionmaker(engine)
+    keeper = create_sessionmaker(lease_engine) if lease_engine is not None else sessionmaker
+    try:
+        leases = TurnLeases(sessionmaker, lease_s=30, keeper_sessionmaker=keeper)
+        turn_id = await _accepted_message(sessionmaker, leases)
+        leases.held.add(turn_id)
+        before = (await _turn(sessionmaker, turn_id)).lease_expires_at
+        if lease_engine is None:
+            await leases.renew()  # SQLite: one writer at a time, through the one engine's gate
+        else:
+            async with engine.connect(), engine.connect():  # every connection taken by requests
+                await asyncio.wait_for(leases.renew(), 5)
+                assert await asyncio.wait_for(leases.claim_expired(10), 5) == []
+        assert (await _turn(sessionmaker, turn_id)).lease_expires_at > before
+    finally:
+        if lease_engine is not None:
+            await lease_engine.dispose()
         await engine.dispose()
