@@ -96,14 +96,19 @@ class TurnRepository(Repository):
         return result.rowcount or 0
 
     async def claim_expired(self, owner_id: str, now: datetime, lease_expires_at: datetime, limit: int) -> list[Turn]:
-        """Running turns whose lease ran out, now owned by ``owner_id``.
+        """Running turns of other owners whose lease ran out, now owned by ``owner_id``.
 
-        ``FOR UPDATE SKIP LOCKED`` on PostgreSQL splits them between replicas sweeping at once;
-        SQLite has one writer at a time. The conditional update makes the claim exact on both.
+        A replica's own turns are running or ending in it (its id is new each start): its renewal
+        is merely late, as it is when the process is starved of CPU, and taking them over would
+        send their replies twice. ``FOR UPDATE SKIP LOCKED`` on PostgreSQL splits them between
+        replicas sweeping at once; SQLite has one writer at a time. The conditional update makes
+        the claim exact on both.
         """
+        expired = (Turn.status == TurnStatus.RUNNING.value, Turn.lease_expires_at <= now,
+                   Turn.owner_id.is_distinct_from(owner_id))
         candidates = (await self.session.scalars(
             select(Turn)
-            .where(Turn.status == TurnStatus.RUNNING.value, Turn.lease_expires_at <= now)
+            .where(*expired)
             .order_by(Turn.lease_expires_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -112,7 +117,7 @@ class TurnRepository(Repository):
         for turn in candidates:
             result = await self.session.execute(
                 update(Turn)
-                .where(Turn.id == turn.id, Turn.status == TurnStatus.RUNNING.value, Turn.lease_expires_at <= now)
+                .where(Turn.id == turn.id, *expired)
                 .values(owner_id=owner_id, lease_expires_at=lease_expires_at, takeovers=Turn.takeovers + 1,
                         updated_at=now)
                 .execution_options(synchronize_session=False)

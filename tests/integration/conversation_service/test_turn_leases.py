@@ -177,3 +177,25 @@ async def test_a_renewal_is_on_time_while_every_connection_of_the_requests_pool_
         if lease_engine is not None:
             await lease_engine.dispose()
         await engine.dispose()
+
+
+async def test_a_replica_never_takes_over_its_own_turn_whose_renewal_is_late(database_url: str) -> None:
+    """Starved of CPU (100 turns streaming on a loaded machine), a replica's renewal came 7-20 s
+    apart and its own sweep took over the turns it was still answering: their replies went out
+    twice. Its own turns are left to it; another replica takes them over once their lease ran out."""
+    engine = create_engine(database_url)
+    await migrate.upgrade(engine)
+    sessionmaker = create_sessionmaker(engine)
+    try:
+        late = TurnLeases(sessionmaker, lease_s=30)
+        turn_id = await _accepted_message(sessionmaker, late)
+        late.held.add(turn_id)
+        async with unit_of_work(sessionmaker) as session:  # the renewal is a lease late
+            (await TurnRepository(session).get(turn_id)).lease_expires_at = utcnow() - timedelta(seconds=1)
+        assert await late.claim_expired(10) == []
+        assert (await _turn(sessionmaker, turn_id)).takeovers == 0
+        other = TurnLeases(sessionmaker, lease_s=30)
+        assert [t.id for t in await other.claim_expired(10)] == [turn_id]
+        assert (await _turn(sessionmaker, turn_id)).owner_id == other.replica_id
+    finally:
+        await engine.dispose()
