@@ -46,31 +46,50 @@ class Window(Protocol):
 
 
 def _wait_until_fits(entries: Sequence[tuple[float, int]], used: int, charge: Charge, window_s: float, now: float) -> float:
-    """Seconds until enough of ``entries`` (oldest first) age out for ``charge`` to fit."""
+    """Seconds until enough of ``entries`` (oldest first, each ``(expires_at, weight)``) age out for
+    ``charge`` to fit."""
     excess = used + min(charge.need, charge.limit) - charge.limit
-    for at, weight in entries:
+    for expires_at, weight in entries:
         excess -= weight
         if excess <= 0:
-            return max(at + window_s - now, 0.001)
+            return max(expires_at - now, 0.001)
     return window_s
 
 
 class MemoryWindow:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    """Each entry keeps when it ages out, so a budget whose entries all have is forgotten (``_sweep``):
+    organisations that stop calling leave nothing behind."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, sweep_every_s: float = 60.0) -> None:
         self._clock = clock
         self._entries: dict[tuple[str, Dimension], deque[tuple[float, int]]] = {}
+        self._sweep_every_s = sweep_every_s
+        self._next_sweep = clock() + sweep_every_s
 
-    def _current(self, key: str, dimension: Dimension, window_s: float, now: float) -> deque[tuple[float, int]]:
+    def __len__(self) -> int:
+        """How many budgets (key and dimension) hold entries or were used since the last sweep."""
+        return len(self._entries)
+
+    def _current(self, key: str, dimension: Dimension, now: float) -> deque[tuple[float, int]]:
         entries = self._entries.setdefault((key, dimension), deque())
-        while entries and entries[0][0] <= now - window_s:
+        while entries and entries[0][0] <= now:
             entries.popleft()
         return entries
 
+    def _sweep(self, now: float) -> None:
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self._sweep_every_s
+        for budget, entries in list(self._entries.items()):
+            if not entries or entries[-1][0] <= now:  # the newest has aged out: so has every other
+                del self._entries[budget]
+
     async def reserve(self, key: str, charges: Sequence[Charge], window_s: float) -> Shortfall | None:
         now = self._clock()
+        self._sweep(now)
         worst: Shortfall | None = None
         for charge in charges:
-            entries = self._current(key, charge.dimension, window_s, now)
+            entries = self._current(key, charge.dimension, now)
             used = sum(weight for _, weight in entries)
             # A call larger than the whole budget goes alone, once the window is empty.
             if used + min(charge.need, charge.limit) > charge.limit:
@@ -81,13 +100,14 @@ class MemoryWindow:
             return worst
         for charge in charges:
             if charge.add:
-                self._entries[(key, charge.dimension)].append((now, charge.add))
+                self._entries[(key, charge.dimension)].append((now + window_s, charge.add))
         return None
 
     async def record(self, key: str, dimension: Dimension, amount: int, window_s: float) -> None:
         if amount > 0:
             now = self._clock()
-            self._current(key, dimension, window_s, now).append((now, amount))
+            self._sweep(now)
+            self._current(key, dimension, now).append((now + window_s, amount))
 
     async def aclose(self) -> None:
         return None

@@ -61,3 +61,19 @@ async def test_a_call_larger_than_the_budget_goes_alone_once_the_window_is_empty
     clock.now += 30
     short = await window.reserve("k", [huge], 60)
     assert short is not None and short.wait_s == 30
+
+
+async def test_budgets_of_organisations_that_stopped_calling_are_forgotten() -> None:
+    clock = Clock()
+    window = MemoryWindow(clock, sweep_every_s=60)
+    tokens = Charge(Dimension.INPUT_TOKENS, 1000, 10, 10)
+    for org in range(500):
+        assert await window.reserve(f"org-{org}", [REQUEST, tokens], 60) is None
+        await window.record(f"org-{org}", Dimension.OUTPUT_TOKENS, 5, 60)
+        clock.now += 0.1
+    assert len(window) == 1500  # three dimensions each, all within the window
+    clock.now += 60
+    assert await window.reserve("org-0", [REQUEST], 60) is None  # a new window for the one still calling
+    assert len(window) == 1
+    # ...and what it took is still counted.
+    assert await window.reserve("org-0", [Charge(Dimension.REQUESTS, 1, 1, 1)], 60) is not None
