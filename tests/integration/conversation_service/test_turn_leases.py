@@ -18,6 +18,17 @@ from conversation_service.turns.repository import TurnRepository
 from shared.db import create_engine, create_lease_engine, create_sessionmaker
 
 
+@pytest.fixture
+async def sessionmaker(database_url: str):
+    """A migrated database's sessions, its engine disposed after the test."""
+    engine = create_engine(database_url)
+    await migrate.upgrade(engine)
+    try:
+        yield create_sessionmaker(engine)
+    finally:
+        await engine.dispose()
+
+
 async def _accepted_message(sessionmaker, leases: TurnLeases) -> str:
     async with unit_of_work(sessionmaker) as session:
         conversation = Conversation(owner_id="alice", title="t")
@@ -35,119 +46,95 @@ async def _turn(sessionmaker, turn_id: str):
         return await TurnRepository(session).get(turn_id)
 
 
-async def test_an_expired_turn_is_claimed_by_exactly_one_replica(database_url: str) -> None:
-    engine = create_engine(database_url)
-    await migrate.upgrade(engine)
-    sessionmaker = create_sessionmaker(engine)
-    try:
-        dead = TurnLeases(sessionmaker, lease_s=1)
-        turn_id = await _accepted_message(sessionmaker, dead)
-        a, b = TurnLeases(sessionmaker, lease_s=30), TurnLeases(sessionmaker, lease_s=30)
-        assert await a.claim_expired(10) == []  # the lease still runs: nobody takes it
-        async with unit_of_work(sessionmaker) as session:  # the owner died a lease ago
-            turn = await TurnRepository(session).get(turn_id)
-            turn.lease_expires_at = utcnow() - timedelta(seconds=1)
-        claims = await asyncio.gather(a.claim_expired(10), b.claim_expired(10))
-        assert sorted(len(c) for c in claims) == [0, 1]
-        winner = a if claims[0] else b
-        turn = await _turn(sessionmaker, turn_id)
-        assert turn.owner_id == winner.replica_id and turn.takeovers == 1
-        assert turn.lease_expires_at > utcnow() + timedelta(seconds=20)
-        assert turn_id in winner.held
+async def test_an_expired_turn_is_claimed_by_exactly_one_replica(sessionmaker) -> None:
+    dead = TurnLeases(sessionmaker, lease_s=1)
+    turn_id = await _accepted_message(sessionmaker, dead)
+    a, b = TurnLeases(sessionmaker, lease_s=30), TurnLeases(sessionmaker, lease_s=30)
+    assert await a.claim_expired(10) == []  # the lease still runs: nobody takes it
+    async with unit_of_work(sessionmaker) as session:  # the owner died a lease ago
+        turn = await TurnRepository(session).get(turn_id)
+        turn.lease_expires_at = utcnow() - timedelta(seconds=1)
+    claims = await asyncio.gather(a.claim_expired(10), b.claim_expired(10))
+    assert sorted(len(c) for c in claims) == [0, 1]
+    winner = a if claims[0] else b
+    turn = await _turn(sessionmaker, turn_id)
+    assert turn.owner_id == winner.replica_id and turn.takeovers == 1
+    assert turn.lease_expires_at > utcnow() + timedelta(seconds=20)
+    assert turn_id in winner.held
 
-        await dead.renew()  # the old owner, back from a stall, renews nothing it lost
-        assert (await _turn(sessionmaker, turn_id)).owner_id == winner.replica_id
-        await winner.finish(turn_id)
-        turn = await _turn(sessionmaker, turn_id)
-        assert turn.status == TurnStatus.DONE.value and turn.owner_id is None and turn_id not in winner.held
-    finally:
-        await engine.dispose()
+    await dead.renew()  # the old owner, back from a stall, renews nothing it lost
+    assert (await _turn(sessionmaker, turn_id)).owner_id == winner.replica_id
+    await winner.finish(turn_id)
+    turn = await _turn(sessionmaker, turn_id)
+    assert turn.status == TurnStatus.DONE.value and turn.owner_id is None and turn_id not in winner.held
 
 
-async def test_a_released_turn_is_taken_over_at_once(database_url: str) -> None:
-    engine = create_engine(database_url)
-    await migrate.upgrade(engine)
-    sessionmaker = create_sessionmaker(engine)
-    try:
-        stopping = TurnLeases(sessionmaker, lease_s=300)
-        turn_id = await _accepted_message(sessionmaker, stopping)
-        await stopping.renew()
-        other = TurnLeases(sessionmaker, lease_s=300)
-        assert await other.claim_expired(10) == []
-        await stopping.release()  # graceful shutdown
-        assert [t.id for t in await other.claim_expired(10)] == [turn_id]
-    finally:
-        await engine.dispose()
+async def test_a_released_turn_is_taken_over_at_once(sessionmaker) -> None:
+    stopping = TurnLeases(sessionmaker, lease_s=300)
+    turn_id = await _accepted_message(sessionmaker, stopping)
+    await stopping.renew()
+    other = TurnLeases(sessionmaker, lease_s=300)
+    assert await other.claim_expired(10) == []
+    await stopping.release()  # graceful shutdown
+    assert [t.id for t in await other.claim_expired(10)] == [turn_id]
 
 
 async def test_a_reply_held_to_its_end_marks_the_turn_done_and_a_cancelled_one_leaves_it_running(
-    database_url: str,
+    sessionmaker,
 ) -> None:
-    engine = create_engine(database_url)
-    await migrate.upgrade(engine)
-    sessionmaker = create_sessionmaker(engine)
-    try:
-        leases = TurnLeases(sessionmaker, lease_s=30)
-        answered = await _accepted_message(sessionmaker, leases)
-        stopped = await _accepted_message(sessionmaker, leases)
+    leases = TurnLeases(sessionmaker, lease_s=30)
+    answered = await _accepted_message(sessionmaker, leases)
+    stopped = await _accepted_message(sessionmaker, leases)
 
-        async def reply() -> str:
-            return "ok"
+    async def reply() -> str:
+        return "ok"
 
-        assert await leases.hold(answered, reply()) == "ok"
-        assert (await _turn(sessionmaker, answered)).status == TurnStatus.DONE.value
+    assert await leases.hold(answered, reply()) == "ok"
+    assert (await _turn(sessionmaker, answered)).status == TurnStatus.DONE.value
 
-        started = asyncio.Event()
+    started = asyncio.Event()
 
-        async def streaming() -> None:
-            started.set()
-            await asyncio.Event().wait()  # a reply still streaming when the service stops
+    async def streaming() -> None:
+        started.set()
+        await asyncio.Event().wait()  # a reply still streaming when the service stops
 
-        task = asyncio.create_task(leases.hold(stopped, streaming()))
-        await started.wait()
-        assert stopped in leases.held
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        # Shutdown: still running (another replica takes it over), no longer held here.
-        assert (await _turn(sessionmaker, stopped)).status == TurnStatus.RUNNING.value
-        assert stopped not in leases.held
-    finally:
-        await engine.dispose()
+    task = asyncio.create_task(leases.hold(stopped, streaming()))
+    await started.wait()
+    assert stopped in leases.held
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    # Shutdown: still running (another replica takes it over), no longer held here.
+    assert (await _turn(sessionmaker, stopped)).status == TurnStatus.RUNNING.value
+    assert stopped not in leases.held
 
 
 async def test_only_a_turn_still_running_here_that_the_renewal_missed_is_reported_lost(
-    database_url: str, caplog: pytest.LogCaptureFixture,
+    sessionmaker, caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The renewal compares what its UPDATE found with the turns still running here afterwards: a
     turn that finished meanwhile, or one opened meanwhile, is no lost lease (under load the old
     count-based check warned of lost leases every few seconds while none was lost); a turn another
     replica took over is."""
-    engine = create_engine(database_url)
-    await migrate.upgrade(engine)
-    sessionmaker = create_sessionmaker(engine)
+    leases = TurnLeases(sessionmaker, lease_s=300)
+    ending, kept, taken = [await _accepted_message(sessionmaker, leases) for _ in range(3)]
+    leases.held.update({ending, kept, taken})
+    async with unit_of_work(sessionmaker) as session:  # another replica's sweep took it
+        (await TurnRepository(session).get(taken)).owner_id = "another-replica"
+    renew = TurnRepository.renew
+
+    async def renew_while_turns_change(self, owner_id, turn_ids, lease_expires_at):
+        owned = await renew(self, owner_id, turn_ids, lease_expires_at)
+        leases.held.discard(ending)  # finish() drops the turn first, then marks it done
+        leases.held.add("opened-meanwhile")
+        return owned - {ending}
+
+    TurnRepository.renew = renew_while_turns_change
     try:
-        leases = TurnLeases(sessionmaker, lease_s=300)
-        ending, kept, taken = [await _accepted_message(sessionmaker, leases) for _ in range(3)]
-        leases.held.update({ending, kept, taken})
-        async with unit_of_work(sessionmaker) as session:  # another replica's sweep took it
-            (await TurnRepository(session).get(taken)).owner_id = "another-replica"
-        renew = TurnRepository.renew
-
-        async def renew_while_turns_change(self, owner_id, turn_ids, lease_expires_at):
-            owned = await renew(self, owner_id, turn_ids, lease_expires_at)
-            leases.held.discard(ending)  # finish() drops the turn first, then marks it done
-            leases.held.add("opened-meanwhile")
-            return owned - {ending}
-
-        TurnRepository.renew = renew_while_turns_change
-        try:
-            with caplog.at_level(logging.WARNING, logger="conversation_service.turns.leases"):
-                await leases.renew()
-        finally:
-            TurnRepository.renew = renew
-        assert [r.lost for r in caplog.records if r.getMessage() == "turn leases lost"] == [1]
+        with caplog.at_level(logging.WARNING, logger="conversation_service.turns.leases"):
+            await leases.renew()
     finally:
-        await engine.dispose()
+        TurnRepository.renew = renew
+    assert [r.lost for r in caplog.records if r.getMessage() == "turn leases lost"] == [1]
 
 
 async def test_a_renewal_is_on_time_while_every_connection_of_the_requests_pool_is_busy(
@@ -179,23 +166,17 @@ async def test_a_renewal_is_on_time_while_every_connection_of_the_requests_pool_
         await engine.dispose()
 
 
-async def test_a_replica_never_takes_over_its_own_turn_whose_renewal_is_late(database_url: str) -> None:
+async def test_a_replica_never_takes_over_its_own_turn_whose_renewal_is_late(sessionmaker) -> None:
     """Starved of CPU (100 turns streaming on a loaded machine), a replica's renewal came 7-20 s
     apart and its own sweep took over the turns it was still answering: their replies went out
     twice. Its own turns are left to it; another replica takes them over once their lease ran out."""
-    engine = create_engine(database_url)
-    await migrate.upgrade(engine)
-    sessionmaker = create_sessionmaker(engine)
-    try:
-        late = TurnLeases(sessionmaker, lease_s=30)
-        turn_id = await _accepted_message(sessionmaker, late)
-        late.held.add(turn_id)
-        async with unit_of_work(sessionmaker) as session:  # the renewal is a lease late
-            (await TurnRepository(session).get(turn_id)).lease_expires_at = utcnow() - timedelta(seconds=1)
-        assert await late.claim_expired(10) == []
-        assert (await _turn(sessionmaker, turn_id)).takeovers == 0
-        other = TurnLeases(sessionmaker, lease_s=30)
-        assert [t.id for t in await other.claim_expired(10)] == [turn_id]
-        assert (await _turn(sessionmaker, turn_id)).owner_id == other.replica_id
-    finally:
-        await engine.dispose()
+    late = TurnLeases(sessionmaker, lease_s=30)
+    turn_id = await _accepted_message(sessionmaker, late)
+    late.held.add(turn_id)
+    async with unit_of_work(sessionmaker) as session:  # the renewal is a lease late
+        (await TurnRepository(session).get(turn_id)).lease_expires_at = utcnow() - timedelta(seconds=1)
+    assert await late.claim_expired(10) == []
+    assert (await _turn(sessionmaker, turn_id)).takeovers == 0
+    other = TurnLeases(sessionmaker, lease_s=30)
+    assert [t.id for t in await other.claim_expired(10)] == [turn_id]
+    assert (await _turn(sessionmaker, turn_id)).owner_id == other.replica_id

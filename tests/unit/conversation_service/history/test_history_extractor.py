@@ -167,9 +167,8 @@ async def test_stats_flag_a_nearly_full_budget_and_feed_the_metrics() -> None:
     )
 
 
-async def test_counting_a_thousand_long_messages_does_not_block_the_event_loop(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def count_tokenizations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per message the extractor's token counter actually tokenizes (not from its cache)."""
     import conversation_service.history.tokens as token_module
 
     tokenized: list[int] = []
@@ -180,6 +179,13 @@ async def test_counting_a_thousand_long_messages_does_not_block_the_event_loop(
         return real(role, content, encoding)
 
     monkeypatch.setattr(token_module, "count_message_tokens", counting)
+    return tokenized
+
+
+async def test_counting_a_thousand_long_messages_does_not_block_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tokenized = count_tokenizations(monkeypatch)
     # ~600 k characters: tokenizing them in one go takes tens of milliseconds of CPU.
     records = conversation(1000, min_words=80, max_words=160)
     settings = HistorySettings(strategy=HistoryStrategyName.TOKEN_BUDGET, token_budget=1_000_000)
@@ -280,16 +286,7 @@ def test_records_are_built_from_stored_messages() -> None:
 
 
 async def test_token_counts_of_left_conversations_do_not_pile_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    import conversation_service.history.tokens as token_module
-
-    tokenized: list[int] = []
-    real = token_module.count_message_tokens
-
-    def counting(role: str, content: str, encoding: str = "cl100k_base") -> int:
-        tokenized.append(1)
-        return real(role, content, encoding)
-
-    monkeypatch.setattr(token_module, "count_message_tokens", counting)
+    tokenized = count_tokenizations(monkeypatch)
     extractor = HistoryExtractor(HistorySettings(token_cache_size=100))
     counter = extractor._counter
     # Conversations of 12 messages each, every one left for a new one, as a chat client does.
