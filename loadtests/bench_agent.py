@@ -53,6 +53,7 @@ from loadtests.common import (
 from shared.sse import SSEDecoder
 
 OVERHEAD = "agent_event_overhead_seconds"
+BATCHES = "agent_event_log_batch_size"
 BODY = {"profile_name": "default", "message": "Tell me something.",
         "user_context": {"user_id": "bench", "org_id": "bench", "permissions": []}}
 
@@ -156,6 +157,7 @@ async def cpu_phase(
     """CPU seconds of the service process per 10,000 events its clients received."""
     profiler = _start_profiler(pid, profile) if profile is not None else None
     try:
+        metrics_before = await scrape(client, base_url)
         cpu_before = _cpu_seconds(pid)
         t0 = time.perf_counter()
         results: list[RunResult] = []
@@ -163,6 +165,7 @@ async def cpu_phase(
             results.extend(await asyncio.gather(*(execute(client, base_url) for _ in range(runs))))
         wall = time.perf_counter() - t0
         cpu = _cpu_seconds(pid) - cpu_before
+        batches = histogram_delta(metrics_before, await scrape(client, base_url), BATCHES)
     finally:
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
@@ -173,6 +176,9 @@ async def cpu_phase(
         "concurrency": runs, "runs": len(results), "events": events, "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 3), "cpu_s_per_10k_events": round(cpu / events * 10_000, 3),
         "cpu_share_of_one_core": round(cpu / wall, 3),
+        # How the event log's group commit batched them (its histogram's count and sum).
+        "group_commits": int(batches.count),
+        "events_per_group_commit": round(batches.total / batches.count, 1) if batches.count else None,
         "run_duration": summarize_seconds([r.duration for r in results]),
     }
 

@@ -1,8 +1,9 @@
 """``GroupCommitter``: items written in batches, one transaction per batch, never one per token.
 
 Both durable logs (the Agent Service's events, the ConversationService's frames) take items per
-token. A batch closes ``interval_s`` after its first item, or at once when an event boundary asks
-(``request_flush``/``flush``). What a batch means for the database (which rows, retries, what a
+token. A batch closes ``interval_s`` after the writer is free and has an item, or at once when an
+event boundary asks (``request_flush``/``flush``): under a steady stream, one transaction per
+window. What a batch means for the database (which rows, retries, what a
 failure loses) is the caller's ``write`` function; this class only decides when it runs.
 """
 
@@ -96,21 +97,28 @@ class GroupCommitter(Generic[T]):
                     pass
             self._has_work.clear()
             self._urgent.clear()
-            error = await self._write_batch()
-            if self._pending and error is None:
-                self.request_flush()  # a capped batch left items behind: they go next, with no window
-                continue
-            # Every waiter's items were added before it, so with nothing pending all are written.
+            # The cut: what is queued now is written now, in batches of at most ``max_batch``, and
+            # every waiter so far added its items before it. Items added while those batches are
+            # written wait for the next window (they set ``_has_work`` again): going again at once
+            # would turn the window into back-to-back commits of a few items each under a steady
+            # stream, one transaction per ~40 events instead of per window.
             waiters, self._flush_waiters = self._flush_waiters, []
+            queued = len(self._pending)
+            error: Exception | None = None
+            while queued and error is None:
+                size = queued if self._max_batch is None else min(queued, self._max_batch)
+                error = await self._write_batch(size)
+                queued -= size
+            if self._pending:
+                self._has_work.set()  # left after a failed batch, or added meanwhile: the next window
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_exception(error) if error is not None else waiter.set_result(None)
             if self._closing and not self._pending:
                 return
 
-    async def _write_batch(self) -> Exception | None:
-        cut = len(self._pending) if self._max_batch is None else self._max_batch
-        batch, self._pending = self._pending[:cut], self._pending[cut:]
+    async def _write_batch(self, size: int) -> Exception | None:
+        batch, self._pending = self._pending[:size], self._pending[size:]
         if self._max_pending is None or len(self._pending) < self._max_pending:
             self._has_room.set()
         if not batch:

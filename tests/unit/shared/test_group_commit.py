@@ -12,8 +12,10 @@ class Recorder:
         self.batches: list[list[int]] = []
         self.fail_times = fail_times
         self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
 
     async def __call__(self, batch: list[int]) -> None:
+        self.entered.set()
         if self.gate is not None:
             await self.gate.wait()
         if self.fail_times:
@@ -52,6 +54,26 @@ async def test_a_capped_batch_leaves_the_rest_for_the_next_and_flush_waits_for_a
         committer.add(i)
     await committer.flush()
     assert write.batches == [[0, 1], [2, 3], [4]]
+    await committer.aclose()
+
+
+async def test_items_added_during_a_write_wait_for_the_next_window() -> None:
+    # Under a steady stream items arrive during every write; going again at once made each
+    # window one back-to-back commit of the few items of one write's duration.
+    write = Recorder()
+    write.gate = asyncio.Event()
+    committer = GroupCommitter(write, interval_s=3600)
+    committer.start()
+    committer.add(1)
+    committer.request_flush()
+    await write.entered.wait()
+    committer.add(2)
+    write.gate.set()
+    assert await committer.wait_written(5.0)
+    assert not await committer.wait_written(0.2)  # the window of item 2 is still open
+    assert write.batches == [[1]] and len(committer) == 1
+    await committer.flush()
+    assert write.batches == [[1], [2]]
     await committer.aclose()
 
 
