@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 from sqlalchemy import DateTime, event
-from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.types import TypeDecorator
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, Text, delete, insert, select, text
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from agent_service.memory.store import Candidate, Memory, Owner
 from agent_service.tools.knowledge.repository import query_terms
@@ -49,6 +49,8 @@ _POSTGRES_RECALL = text(
     LIMIT :limit
     """
 ).columns(id=Integer, content=Text, created_at=UTCDateTime(), session_id=String)
+# Built once: a statement built per call pays for its cache key on every run.
+_REMEMBER = insert(agent_memories).returning(agent_memories.c.id)
 
 
 class SqlMemoryStore:
@@ -57,11 +59,10 @@ class SqlMemoryStore:
 
     async def remember(self, owner: Owner, content: str, session_id: str | None, at: datetime) -> Memory:
         async with self._sessionmaker() as db, db.begin():
-            result = await db.execute(
-                insert(agent_memories).values(
-                    org_id=owner.org_key, user_id=owner.user_id, session_id=session_id, content=content, created_at=at,
-                ).returning(agent_memories.c.id)
-            )
+            result = await db.execute(_REMEMBER, {
+                "org_id": owner.org_key, "user_id": owner.user_id, "session_id": session_id, "content": content,
+                "created_at": at,
+            })
             return Memory(id=result.scalar_one(), content=content, created_at=at, session_id=session_id)
 
     async def recall(self, owner: Owner, query: str, limit: int) -> list[Candidate]:
@@ -69,11 +70,15 @@ class SqlMemoryStore:
         if not terms or limit <= 0:
             return []
         async with self._sessionmaker() as db:
+            reader: AsyncSession | AsyncConnection = db
             if db.get_bind().dialect.name == "postgresql":
                 statement, joined = _POSTGRES_RECALL, " | ".join(terms)
+                # One statement, read alone: no BEGIN and ROLLBACK around it (two round trips of
+                # every run). SQLite would pay a hop to its driver thread to switch modes instead.
+                reader = await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
             else:
                 statement, joined = _SQLITE_RECALL, " OR ".join(f'"{term}"' for term in terms)
-            rows = await db.execute(
+            rows = await reader.execute(
                 statement, {"query": joined, "org": owner.org_key, "user": owner.user_id, "limit": limit}
             )
             return [

@@ -260,10 +260,8 @@ class EventLog:
                         # run row before the session row, the order recovery locks them in.
                         await finalize(db)
                         await EventRepository(db).insert_many([item.envelope])
-                        sessions = SessionRepository(db)
-                        await sessions.bump_last_seq(channel.session_id, item.envelope.seq)
                         # Every seq shown is now in the log: the reservation ends with the run.
-                        await sessions.update(channel.session_id, seq_reserved=item.envelope.seq)
+                        await SessionRepository(db).close_log(channel.session_id, item.envelope.seq)
                         await self.notifier.announce(db, channel.session_id, item.envelope.seq)
                     written = True
                     break

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, literal, or_, select, text, update
+from sqlalchemy import bindparam, case, func, insert, literal, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -23,6 +23,8 @@ _BUMP_LAST_SEQ = (
     .where(_SESSIONS.c.id == bindparam("b_session_id"), _SESSIONS.c.last_seq < bindparam("b_seq"))
     .values(last_seq=bindparam("b_seq"))
 )
+_INSERT_SESSION = insert(_SESSIONS)
+_INSERT_RUN = insert(AgentRun.__table__)
 # Rows per insert statement of a group commit on SQLite (see EventRepository.insert_many).
 _INSERT_SLICE = 64
 
@@ -84,8 +86,10 @@ class SessionRepository:
         )
         return result.scalar_one_or_none()
 
-    def add(self, session: AgentSession) -> None:
-        self.db.add(session)
+    async def insert(self, **values: Any) -> None:
+        # A Core insert built once: the ORM's unit of work costs more than the statement itself
+        # on this path, which every new conversation's first message takes.
+        await self.db.execute(_INSERT_SESSION, values)
 
     async def claim(self, session_id: str, run_id: str, now: datetime, values: dict[str, Any]) -> bool:
         """Mark the session ACTIVE for ``run_id`` unless another run holds it; True when claimed."""
@@ -136,6 +140,15 @@ class SessionRepository:
             .execution_options(synchronize_session=False)
         )
 
+    async def close_log(self, session_id: str, seq: int) -> None:
+        """A run's terminal event at ``seq`` is written: the log reaches it (``last_seq``, never
+        moved back) and the reservation ends there, in one statement."""
+        await self.db.execute(
+            update(_SESSIONS)
+            .where(_SESSIONS.c.id == session_id)
+            .values(seq_reserved=seq, last_seq=case((_SESSIONS.c.last_seq < seq, seq), else_=_SESSIONS.c.last_seq))
+        )
+
     async def bump_last_seqs(self, last_seqs: Mapping[str, int]) -> None:
         """``bump_last_seq`` for many sessions in one statement (SQLite: one executemany): a group
         commit spans every streaming run, and one statement per session cost a round trip (on SQLite
@@ -155,8 +168,8 @@ class RunRepository:
     def __init__(self, db: AsyncSession) -> None:
         self.db = db
 
-    def add(self, run: AgentRun) -> None:
-        self.db.add(run)
+    async def insert(self, **values: Any) -> None:
+        await self.db.execute(_INSERT_RUN, values)  # as SessionRepository.insert: every run's claim
 
     async def get_by_idempotency_key(self, key: str) -> AgentRun | None:
         result = await self.db.execute(select(AgentRun).where(AgentRun.idempotency_key == key))

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.errors import IdempotencyKeyConflict, QuestionExpired, RunInProgress, SessionNotFound
-from agent_service.models import AgentRun, AgentSession, next_seq
+from agent_service.models import AgentSession, next_seq
 from agent_service.profiles.schemas import Profile
 from agent_service.profiles.service import ProfileStore
 from agent_service.runs.early_start import EarlyModelCall
@@ -102,12 +102,11 @@ class RunService:
             else:
                 claim = await self._claim_session(db, request, profile, early, now)
             if claim is not None:
-                RunRepository(db).add(AgentRun(
+                await RunRepository(db).insert(
                     id=claim.run_id, session_id=session_id, idempotency_key=key, status=SessionStatus.ACTIVE.value,
                     first_seq=claim.first_seq, started_at=now, owner_id=self._manager.owner_id,
                     lease_expires_at=self._manager.lease_until(now),
-                ))
-                await db.flush()
+                )
         if claim is None:
             raise QuestionExpired("the question expired before it was answered; send a new message")
         return claim
@@ -119,13 +118,12 @@ class RunService:
         state = RunState.first(request, profile.system_prompt)
         early.start(state, 1, profile)
         run_id = early.run_id
-        SessionRepository(db).add(AgentSession(
+        await SessionRepository(db).insert(
             id=session_id, profile_name=profile.name, status=SessionStatus.ACTIVE.value,
             user_context=request.user_context.model_dump(mode="json"), transcript=state.transcript_json(),
             run_state=None, pending_question=None, last_seq=0, seq_reserved=self._log.seq_block, current_run_id=run_id,
             created_at=now, updated_at=now,
-        ))
-        await db.flush()
+        )
         return Claim(session_id, run_id, 1, self._log.seq_block, profile, state, None, request.user_context)
 
     async def _claim_session(
