@@ -11,7 +11,9 @@ Failures end visibly, never in silence:
   direct LLM answers, with the notice "Advanced features temporarily unavailable, using standard
   chat", and the request goes to ``dead_letters``;
 - 408, 4xx, a broken stream or an agent ERROR: the user sees an error with a readable reason,
-  and (except for an agent ERROR, which is the agent's own answer) a dead letter is written.
+  and (except for an agent ERROR, which is the agent's own answer) a dead letter is written;
+- a fault of this service's own (a bug, a failed write): the same, code ``agent_failed``; when
+  even that cannot be written, the turn is left running for the lease sweep to end.
 """
 
 from __future__ import annotations
