@@ -7,8 +7,8 @@ waits (a database write at a boundary, a slow hub), the reader goes on and event
 handled as one batch once it is free, consecutive answer chunks coalesced into one delta. The
 reader waits only when ``agent_event_queue_size`` events are queued: back-pressure on the agent
 stream rather than buffering without limit. Reading stops at the first terminal event. A failure
-of the processing ends the turn with that exception once the reader next hands an event over or
-the stream ends.
+of the processing ends the turn with ``ProcessingFailed`` (holding the reply so far, the failure
+chained) once the reader next hands an event over or the stream ends; the caller ends the reply.
 
 Mapping (DESIGN §5):
 
@@ -157,6 +157,16 @@ class TurnOutcome:
     question_id: str | None = None
 
 
+class ProcessingFailed(Exception):
+    """Handling the turn's events failed (a write, a frame, an event it could not read), or ending it
+    did: its reply has not ended. ``state`` holds the reply so far, for ``fail`` to end it with the
+    text the clients have seen (the cause is chained)."""
+
+    def __init__(self, state: _TurnState) -> None:
+        super().__init__("processing the agent's events failed")
+        self.state = state
+
+
 class AgentEventProcessor:
     def __init__(
         self,
@@ -200,12 +210,15 @@ class AgentEventProcessor:
             # rolled back) before this returns, as when it ran in this task.
             handoff.close()
             await handoff.idle.wait()
-        if handoff.error is not None:
-            raise handoff.error
-        if state.outcome is not None:
-            return state.outcome
-        # The stream failed, or ended without a terminal event (the client gave up reconnecting).
-        return await self._interrupted(state, stream_error)
+        try:
+            if handoff.error is not None:
+                raise handoff.error
+            if state.outcome is not None:
+                return state.outcome
+            # The stream failed, or ended without a terminal event (the client gave up reconnecting).
+            return await self._interrupted(state, stream_error)
+        except Exception as error:
+            raise ProcessingFailed(state) from error
 
     async def _consume(self, state: _TurnState, batch: list[tuple[EventEnvelope, float]]) -> None:
         """Events in order; answer chunks that queued together become one delta. Nothing after the

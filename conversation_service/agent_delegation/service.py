@@ -11,7 +11,9 @@ Failures end visibly, never in silence:
   direct LLM answers, with the notice "Advanced features temporarily unavailable, using standard
   chat", and the request goes to ``dead_letters``;
 - 408, 4xx, a broken stream or an agent ERROR: the user sees an error with a readable reason,
-  and (except for an agent ERROR, which is the agent's own answer) a dead letter is written.
+  and (except for an agent ERROR, which is the agent's own answer) a dead letter is written;
+- a fault of this service's own (a bug, a failed write): the same, code ``agent_failed``; when
+  even that cannot be written, the turn is left running for the lease sweep to end.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from conversation_service.agent_client import (
     AgentConnectError,
+    AgentEventStream,
     AgentServerError,
     AgentServiceClient,
     AgentServiceError,
@@ -35,6 +38,7 @@ from conversation_service.agent_client import (
 from conversation_service.agent_delegation.processor import (
     AgentEventProcessor,
     AgentTurn,
+    ProcessingFailed,
     TurnOutcome,
     TurnOutcomeKind,
 )
@@ -66,7 +70,7 @@ from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.resilience.breaker import CircuitBreaker, CircuitOpenError
 from conversation_service.routing.schemas import FALLBACK_NOTICE
 from conversation_service.tasks import TaskSupervisor
-from conversation_service.turns.leases import TurnLeases
+from conversation_service.turns.leases import TurnLeases, TurnLeftRunning
 from shared.logging import conversation_id_var, session_id_var
 from shared.protocol import Answer, ExecuteRequest, UserContext
 
@@ -77,6 +81,9 @@ log = logging.getLogger(__name__)
 UNHEALTHY_ERRORS = (AgentUnavailableError, AgentServerError, AgentConnectError, AgentTimeoutError)
 # How many times a session claim is retried when another replica's claim is not visible yet.
 CLAIM_ATTEMPTS = 3
+# A turn broken off by a fault of this service's own (a bug, a failed write): what the user reads.
+TURN_FAILED = "agent_failed"
+TURN_FAILED_TEXT = "The agent could not answer this message. Please try again."
 
 
 # The conversation's open agent session and the history rows before the message.
@@ -90,6 +97,18 @@ class TurnRequest:
     text: str
     answer: Answer | None = None
     route_reason: str = ""
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """How far a turn got: what its last resort needs to end it like any other failure."""
+
+    row_id: str = ""  # the agent session row claimed ("": none yet)
+    agent_session_id: str | None = None
+    execute: ExecuteRequest | None = None
+    stream: AgentEventStream | None = None  # the execute's, once called
+    reply: AgentTurn | None = None  # the assistant message opened for the answer
+    ended: bool = False  # the user has the turn's end (or the direct LLM has the turn): nothing left to end
 
 
 class AgentDelegation:
@@ -174,25 +193,69 @@ class AgentDelegation:
     ) -> str:
         """One delegated message; returns how it ended once the reply has ended."""
         token = conversation_id_var.set(conversation.id)
+        attempt = _Attempt()
         try:
             async with turns.lock:
-                return await self._run_turn(conversation, user_message, request, claim)
-        except Exception:
-            # Last line of defence: the user must learn that this message got no answer.
+                return await self._run_turn(conversation, user_message, request, claim, attempt)
+        except Exception as error:
+            # Last line of defence: a fault of our own. The user must learn that this message got no
+            # answer, and the turn must end, or the reply streams forever and the session stays busy.
             log.exception("agent turn failed", extra={"message_id": user_message.id})
-            self._metrics.turns["failed"].inc()
-            await self._publisher.emit(
-                conversation.id, FrameType.NOTICE,
-                {"code": "agent_failed", "text": "The agent could not answer this message. Please try again."},
-                boundary=True,
-            )
+            if not attempt.ended:  # else only what followed the reply's end failed: the user has their answer
+                self._metrics.turns["failed"].inc()
+                await self._end_failed(conversation, user_message, request, attempt, error)
             return "failed"
         finally:
             turns.end()
             conversation_id_var.reset(token)
 
+    async def _end_failed(
+        self, conversation: Conversation, user_message: Message, request: TurnRequest, attempt: _Attempt,
+        error: Exception,
+    ) -> None:
+        """End a turn that a fault of ours broke off the way a broken stream ends one: the reply
+        ``error`` with its text so far, ``message.error`` and ``agent.error`` (retryable), the agent
+        session failed and the conversation free for its next message; then a dead letter."""
+        # A failure in the processing of the agent's events: the reply so far, the clients' text.
+        so_far, cause = (error.state, error.__cause__ or error) if isinstance(error, ProcessingFailed) else (None, error)
+        try:
+            turn = attempt.reply or await self._open_failed_reply(conversation, user_message, attempt.row_id,
+                                                                  attempt.agent_session_id)
+            await self._processor.fail(turn, so_far, code=TURN_FAILED, text=TURN_FAILED_TEXT, retryable=True)
+        except Exception as failure:
+            # Ending it failed too (the database is down, most likely): not marked done, the turn's
+            # lease runs out and the sweep's takeover ends the reply.
+            raise TurnLeftRunning(f"could not end the failed agent turn of message {user_message.id}") from failure
+        if attempt.execute is not None:
+            payload = _dead_letter_payload(attempt.execute)
+        else:  # broken off before its request was built: what a replay needs
+            payload = {"message": request.text,
+                       "answer_question_id": request.answer.question_id if request.answer else None}
+        attempts = attempt.stream.retries + 1 if attempt.stream is not None else 0
+        await self._dead_letter(conversation.id, user_message.id, attempt.agent_session_id, TURN_FAILED,
+                                f"{type(cause).__name__}: {cause}", payload, attempts)
+
+    async def _open_failed_reply(
+        self, conversation: Conversation, user_message: Message, row_id: str, agent_session_id: str | None
+    ) -> AgentTurn:
+        """The assistant message of a turn that fails before its reply opened, for ``fail`` to end:
+        the failure shows where the answer would have been (the page offers Retry on it)."""
+        async with unit_of_work(self._sessionmaker) as session:
+            message = Message(
+                conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content="",
+                status=MessageStatus.STREAMING.value, agent_session_id=agent_session_id,
+                agent_metadata={"path": "agent", "in_reply_to": user_message.id},
+            )
+            session.add(message)
+            await session.flush()
+        await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
+        # ``row_id`` "" (no session claimed yet): ``fail`` has no session to mark failed.
+        return AgentTurn(conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id or "",
+                         message_id=message.id, in_reply_to=user_message.id)
+
     async def _run_turn(
-        self, conversation: Conversation, user_message: Message, request: TurnRequest, claim: Claim | None
+        self, conversation: Conversation, user_message: Message, request: TurnRequest, claim: Claim | None,
+        attempt: _Attempt,
     ) -> str:
         started = time.perf_counter()
         claimed = claim if claim is not None else await self._claim_session(conversation.id, user_message)
@@ -204,9 +267,11 @@ class AgentDelegation:
                 boundary=True,
             )
             self._metrics.turns["failed"].inc()
+            attempt.ended = True
             return "failed"
         row, history_rows = claimed
         row_id, agent_session_id, profile_name = row.id, row.agent_session_id, row.profile_name
+        attempt.row_id, attempt.agent_session_id = row_id, agent_session_id
         chat_history, history_stats = await self._chat_history(conversation.id, history_rows)
         execute = ExecuteRequest(
             session_id=agent_session_id,
@@ -217,36 +282,38 @@ class AgentDelegation:
             answer=request.answer,
             metadata={"conversation_id": conversation.id, "message_id": user_message.id},
         )
+        attempt.execute = execute
         try:
             is_probe = self._breaker.acquire()
         except CircuitOpenError:
-            await self._fall_back(conversation, user_message, row_id, created_now=agent_session_id is None,
+            await self._fall_back(conversation, user_message, row_id, attempt, created_now=agent_session_id is None,
                                   code="circuit_open", detail="circuit breaker open", payload=None, attempts=0)
             return "fallback"
 
         # One key per user message (and regeneration of its answer): a retry, or the same message
         # delegated again after a restart, joins the run the first try started instead of a second.
-        stream = self._client.execute_agent(execute, idempotency_key=run_key(user_message))
+        stream = attempt.stream = self._client.execute_agent(execute, idempotency_key=run_key(user_message))
         try:
             await stream.start()
         except AgentServiceError as error:
-            return await self._start_failed(conversation, user_message, row_id, agent_session_id, execute, error,
-                                            stream)
+            return await self._start_failed(conversation, user_message, attempt, error)
         except BaseException:
             self._breaker.release()
             await stream.aclose()
             raise
         self._metrics.first_chunk_seconds.observe(time.perf_counter() - started)
+        attempt.agent_session_id = stream.session_id or agent_session_id
         session_id_token = session_id_var.set(stream.session_id)
         turn: AgentTurn | None = None
         try:
             # The run's events start after this one: where a takeover resumes if no later frame is stored.
             before_first = max((stream.last_seq or 1) - 1, 0)
-            turn = await self._open_turn(
+            turn = attempt.reply = await self._open_turn(
                 conversation, user_message, row_id, agent_session_id, stream.session_id or "", request,
                 history_stats, before_first,
             )
             outcome = await self._processor.process(turn, _iterate(stream))
+            attempt.ended = True
         except BaseException:
             self._breaker.release()
             raise
@@ -330,22 +397,18 @@ class AgentDelegation:
             session.add(message)
 
     async def _start_failed(
-        self,
-        conversation: Conversation,
-        user_message: Message,
-        row_id: str,
-        agent_session_id: str | None,
-        execute: ExecuteRequest,
-        error: AgentServiceError,
-        stream,
+        self, conversation: Conversation, user_message: Message, attempt: _Attempt, error: AgentServiceError
     ) -> str:
         """The end of a turn whose execute failed: the direct LLM's answer, or the error shown."""
+        stream, execute = attempt.stream, attempt.execute
+        row_id, agent_session_id = attempt.row_id, attempt.agent_session_id
+        assert stream is not None and execute is not None
         self._count_retries(stream)
         attempts = stream.retries + 1
         if isinstance(error, UNHEALTHY_ERRORS):
             self._breaker.record_failure()
             await self._fall_back(
-                conversation, user_message, row_id, created_now=agent_session_id is None,
+                conversation, user_message, row_id, attempt, created_now=agent_session_id is None,
                 code=type(error).__name__, detail=str(error), payload=_dead_letter_payload(execute),
                 attempts=attempts,
             )
@@ -356,19 +419,10 @@ class AgentDelegation:
                                                         "message_id": user_message.id})
         await self._dead_letter(conversation.id, user_message.id, agent_session_id, type(error).__name__,
                                 str(error), _dead_letter_payload(execute), attempts)
-        async with unit_of_work(self._sessionmaker) as session:
-            message = Message(
-                conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content="",
-                status=MessageStatus.STREAMING.value, agent_session_id=agent_session_id,
-                agent_metadata={"path": "agent", "in_reply_to": user_message.id},
-            )
-            session.add(message)
-            await session.flush()
-        await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
-        turn = AgentTurn(conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id or "",
-                         message_id=message.id, in_reply_to=user_message.id)
+        turn = attempt.reply = await self._open_failed_reply(conversation, user_message, row_id, agent_session_id)
         await self._processor.fail(turn, None, code=type(error).__name__, text=error.user_message,
                                    retryable=error.retryable)
+        attempt.ended = True
         self._metrics.turns["failed"].inc()
         return "failed"
 
@@ -400,6 +454,7 @@ class AgentDelegation:
         conversation: Conversation,
         user_message: Message,
         row_id: str,
+        attempt: _Attempt,
         *,
         created_now: bool,
         code: str,
@@ -418,6 +473,8 @@ class AgentDelegation:
         self._metrics.turns["fallback"].inc()
         log.warning("agent unavailable, falling back to the direct LLM",
                     extra={"error_code": code, "message_id": user_message.id})
+        # The direct reply is the turn's from here: its replier ends it, whatever happens to it.
+        attempt.ended = True
         await self._replier.reply(
             conversation, user_message, notice=("agent_unavailable", FALLBACK_NOTICE),
             agent_metadata={"fallback_from": "agent", "fallback_reason": code},

@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class TurnLeftRunning(Exception):
+    """The reply failed and so did ending it where it ran (its writes failed: the database is down,
+    most likely). ``hold`` leaves the turn running, given up here: its lease, no longer renewed,
+    runs out and a sweep (``agent_delegation.takeover``, this replica's too) ends the reply; marking
+    the turn done would leave the reply streaming for good. The reason is chained."""
+
+
 class TurnLeases:
     """``keeper_sessionmaker``: for the renewals, the sweep's claims and the release, a pool apart
     from the requests' (``shared.db.create_lease_engine``), so a renewal is never late because
@@ -43,6 +50,9 @@ class TurnLeases:
         self.lease = timedelta(seconds=lease_s)
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:12]}"
         self.held: set[str] = set()  # turns whose reply runs in this process now
+        # Turns given up here (``TurnLeftRunning``), which this replica's sweep may take over too
+        # (an id stays if another replica ends it: one per such failure).
+        self.abandoned: set[str] = set()
         self.stops = ReplyStops()  # the replies of those that a stop request ends here
 
     def expires_at(self, now: datetime | None = None) -> datetime:
@@ -58,11 +68,15 @@ class TurnLeases:
 
     async def hold(self, turn_id: str, reply: Coroutine[Any, Any, T]) -> T:
         """Run ``reply`` as the turn's owner; the turn is done once it returns or fails (a failure
-        has told the user already). Cancelled (shutdown): the turn stays running, for a takeover."""
+        has told the user already). Cancelled (shutdown), or ``TurnLeftRunning``: the turn stays
+        running, for a takeover."""
         self.held.add(turn_id)
         try:
             result = await reply
         except asyncio.CancelledError:
+            raise
+        except TurnLeftRunning:
+            self.abandoned.add(turn_id)
             raise
         except BaseException:
             await self.finish(turn_id)
@@ -113,6 +127,8 @@ class TurnLeases:
     async def claim_expired(self, limit: int) -> list:
         now = utcnow()
         async with unit_of_work(self._keeper_sessionmaker) as session:
-            turns = await TurnRepository(session).claim_expired(self.replica_id, now, self.expires_at(now), limit)
+            turns = await TurnRepository(session).claim_expired(self.replica_id, now, self.expires_at(now), limit,
+                                                                abandoned=self.abandoned)
         self.held.update(t.id for t in turns)
+        self.abandoned.difference_update(t.id for t in turns)
         return turns

@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 
 from conversation_service.db.models import Turn, TurnKind, TurnStatus, utcnow
 from conversation_service.db.repository import Repository
@@ -95,8 +95,11 @@ class TurnRepository(Repository):
         )
         return result.rowcount or 0
 
-    async def claim_expired(self, owner_id: str, now: datetime, lease_expires_at: datetime, limit: int) -> list[Turn]:
-        """Running turns of other owners whose lease ran out, now owned by ``owner_id``.
+    async def claim_expired(
+        self, owner_id: str, now: datetime, lease_expires_at: datetime, limit: int, abandoned: Collection[str] = (),
+    ) -> list[Turn]:
+        """Running turns of other owners whose lease ran out, now owned by ``owner_id``; of its own
+        turns, only the ``abandoned`` ones (given up here: ``TurnLeftRunning``).
 
         A replica's own turns are running or ending in it (its id is new each start): its renewal
         is merely late, as it is when the process is starved of CPU, and taking them over would
@@ -104,8 +107,10 @@ class TurnRepository(Repository):
         replicas sweeping at once; SQLite has one writer at a time. The conditional update makes
         the claim exact on both.
         """
-        expired = (Turn.status == TurnStatus.RUNNING.value, Turn.lease_expires_at <= now,
-                   Turn.owner_id.is_distinct_from(owner_id))
+        others = Turn.owner_id.is_distinct_from(owner_id)
+        # Nearly always empty: then the query is the plain one.
+        claimable = or_(others, Turn.id.in_(tuple(abandoned))) if abandoned else others
+        expired = (Turn.status == TurnStatus.RUNNING.value, Turn.lease_expires_at <= now, claimable)
         candidates = (await self.session.scalars(
             select(Turn)
             .where(*expired)

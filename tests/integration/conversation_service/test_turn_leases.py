@@ -13,7 +13,7 @@ import pytest
 from conversation_service.db import migrate
 from conversation_service.db.models import Conversation, Message, TurnStatus, utcnow
 from conversation_service.db.repository import unit_of_work
-from conversation_service.turns.leases import TurnLeases
+from conversation_service.turns.leases import TurnLeases, TurnLeftRunning
 from conversation_service.turns.repository import TurnRepository
 from shared.db import create_engine, create_lease_engine, create_sessionmaker
 
@@ -106,6 +106,27 @@ async def test_a_reply_held_to_its_end_marks_the_turn_done_and_a_cancelled_one_l
     # Shutdown: still running (another replica takes it over), no longer held here.
     assert (await _turn(sessionmaker, stopped)).status == TurnStatus.RUNNING.value
     assert stopped not in leases.held
+
+
+async def test_a_turn_its_reply_could_not_end_is_left_running_for_this_replicas_own_sweep(sessionmaker) -> None:
+    leases = TurnLeases(sessionmaker, lease_s=30)
+    given_up = await _accepted_message(sessionmaker, leases)
+    mine = await _accepted_message(sessionmaker, leases)  # merely renewed late: still left to this replica
+
+    async def reply() -> None:
+        raise TurnLeftRunning("the database is down")
+
+    with pytest.raises(TurnLeftRunning):
+        await leases.hold(given_up, reply())
+    assert (await _turn(sessionmaker, given_up)).status == TurnStatus.RUNNING.value
+    assert given_up not in leases.held
+    async with unit_of_work(sessionmaker) as session:  # a lease later
+        for turn_id in (given_up, mine):
+            (await TurnRepository(session).get(turn_id)).lease_expires_at = utcnow() - timedelta(seconds=1)
+    assert [t.id for t in await leases.claim_expired(10)] == [given_up]
+    turn = await _turn(sessionmaker, given_up)
+    assert turn.owner_id == leases.replica_id and turn.takeovers == 1
+    assert given_up in leases.held and not leases.abandoned
 
 
 async def test_only_a_turn_still_running_here_that_the_renewal_missed_is_reported_lost(
