@@ -3,6 +3,8 @@ tsvector on PostgreSQL (migration a0005), the approach of the knowledge base."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, Text, delete, insert, select, text
@@ -56,9 +58,10 @@ _REMEMBER = insert(agent_memories).returning(agent_memories.c.id)
 class SqlMemoryStore:
     def __init__(self, sessionmaker: async_sessionmaker) -> None:
         self._sessionmaker = sessionmaker
+        self._postgres = sessionmaker.kw["bind"].dialect.name == "postgresql"
 
     async def remember(self, owner: Owner, content: str, session_id: str | None, at: datetime) -> Memory:
-        async with self._sessionmaker() as db, db.begin():
+        async with self._alone(write=True) as db:
             result = await db.execute(_REMEMBER, {
                 "org_id": owner.org_key, "user_id": owner.user_id, "session_id": session_id, "content": content,
                 "created_at": at,
@@ -69,22 +72,33 @@ class SqlMemoryStore:
         terms = [term for term in query_terms(query) if term not in MEMORY_STOP_WORDS]
         if not terms or limit <= 0:
             return []
-        async with self._sessionmaker() as db:
-            reader: AsyncSession | AsyncConnection = db
-            if db.get_bind().dialect.name == "postgresql":
+        async with self._alone(write=False) as db:
+            if self._postgres:
                 statement, joined = _POSTGRES_RECALL, " | ".join(terms)
-                # One statement, read alone: no BEGIN and ROLLBACK around it (two round trips of
-                # every run). SQLite would pay a hop to its driver thread to switch modes instead.
-                reader = await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
             else:
                 statement, joined = _SQLITE_RECALL, " OR ".join(f'"{term}"' for term in terms)
-            rows = await reader.execute(
+            rows = await db.execute(
                 statement, {"query": joined, "org": owner.org_key, "user": owner.user_id, "limit": limit}
             )
             return [
                 Candidate(Memory(row.id, row.content, row.created_at, row.session_id), float(row.score))
                 for row in rows
             ]
+
+    @asynccontextmanager
+    async def _alone(self, *, write: bool) -> AsyncIterator[AsyncSession | AsyncConnection]:
+        """Where one statement runs by itself. PostgreSQL: a connection in autocommit, as the
+        statement is atomic alone: no BEGIN and COMMIT (or ROLLBACK) around it, two round trips of
+        every run's recall and remember. SQLite: the session, in a transaction when it writes (a
+        switch of mode would cost a hop to the driver's thread instead)."""
+        async with self._sessionmaker() as db:
+            if self._postgres:
+                yield await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+            elif write:
+                async with db.begin():
+                    yield db
+            else:
+                yield db
 
     async def list(self, owner: Owner, limit: int) -> list[Memory]:
         async with self._sessionmaker() as db:

@@ -23,8 +23,23 @@ _BUMP_LAST_SEQ = (
     .where(_SESSIONS.c.id == bindparam("b_session_id"), _SESSIONS.c.last_seq < bindparam("b_seq"))
     .values(last_seq=bindparam("b_seq"))
 )
+# The statements every run executes, built once (one built per call pays for its cache key each time).
+_RUNS = AgentRun.__table__
 _INSERT_SESSION = insert(_SESSIONS)
-_INSERT_RUN = insert(AgentRun.__table__)
+_INSERT_RUN = insert(_RUNS)
+_FINISH_OWNED = (
+    update(_RUNS)
+    .where(_RUNS.c.id == bindparam("f_run_id"), _RUNS.c.owner_id == bindparam("f_owner_id"),
+           _RUNS.c.status == bindparam("f_active"))
+    .values(status=bindparam("status"), ended_at=bindparam("ended_at"), error_code=bindparam("error_code"),
+            usage=bindparam("usage"))
+)
+_CLOSE_LOG = (
+    update(_SESSIONS)
+    .where(_SESSIONS.c.id == bindparam("c_session_id"))
+    .values(seq_reserved=bindparam("c_seq"),
+            last_seq=case((_SESSIONS.c.last_seq < bindparam("c_seq"), bindparam("c_seq")), else_=_SESSIONS.c.last_seq))
+)
 # Rows per insert statement of a group commit on SQLite (see EventRepository.insert_many).
 _INSERT_SLICE = 64
 
@@ -143,11 +158,7 @@ class SessionRepository:
     async def close_log(self, session_id: str, seq: int) -> None:
         """A run's terminal event at ``seq`` is written: the log reaches it (``last_seq``, never
         moved back) and the reservation ends there, in one statement."""
-        await self.db.execute(
-            update(_SESSIONS)
-            .where(_SESSIONS.c.id == session_id)
-            .values(seq_reserved=seq, last_seq=case((_SESSIONS.c.last_seq < seq, seq), else_=_SESSIONS.c.last_seq))
-        )
+        await self.db.execute(_CLOSE_LOG, {"c_session_id": session_id, "c_seq": seq})
 
     async def bump_last_seqs(self, last_seqs: Mapping[str, int]) -> None:
         """``bump_last_seq`` for many sessions in one statement (SQLite: one executemany): a group
@@ -180,12 +191,10 @@ class RunRepository:
         usage: dict[str, Any] | None = None,
     ) -> bool:
         """End a run this process executes; False when it no longer holds it (recovery ended it)."""
-        result = await self.db.execute(
-            update(AgentRun)
-            .where(AgentRun.id == run_id, AgentRun.owner_id == owner_id, AgentRun.status == SessionStatus.ACTIVE.value)
-            .values(status=status, ended_at=ended_at, error_code=error_code, usage=usage)
-            .execution_options(synchronize_session=False)
-        )
+        result = await self.db.execute(_FINISH_OWNED, {
+            "f_run_id": run_id, "f_owner_id": owner_id, "f_active": SessionStatus.ACTIVE.value, "status": status,
+            "ended_at": ended_at, "error_code": error_code, "usage": usage,
+        })
         return result.rowcount == 1
 
     async def held(self, run_ids: Iterable[str], owner_id: str) -> set[str]:
