@@ -107,6 +107,8 @@ class RequestIdMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            # A WebSocket's messages carry no response headers: its frames, one per token, go to
+            # ``send`` directly instead of through one more call each.
+            await self.app(scope, receive, send_with_id if scope["type"] == "http" else send)
         finally:
             request_id_var.reset(token)
