@@ -20,16 +20,17 @@ provider's framing).
 
 This runs before every model call, so it costs as little as it can: while the UTF-8 length of the
 whole prompt is within the budget (a byte-level BPE token covers at least one byte) nothing is
-tokenized; past that, each message is counted once per run (cached by identity; the transcript
-only grows during a run), newest first and only as far back as the window reaches, and the run's
-first count, which may cover a whole budget's worth of text, runs off the event loop.
+tokenized; past that, each message is counted once per run (cached by identity), newest first and
+only as far back as the window reaches. The run's first count, which may cover a whole budget's
+worth of text, runs off the event loop; a later step counts only the messages it added and leaves
+out as many of the oldest turns as they need room for (~15 us a step, not a pass over the window).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from agent_service.profiles.schemas import Profile
 from agent_service.runs.state import Failed, RunState, as_text
@@ -78,6 +79,7 @@ class ContextWindow:
         self._costs: dict[int, tuple[LLMMessage, int]] = {}
         self._counted = 0  # transcript length at the last count
         self._over_bound = False  # the prompt passed the byte bound once: it only grows in a run
+        self._last: _Fit | None = None
 
     async def prompt(self, state: RunState) -> list[LLMMessage] | Failed:
         transcript = state.transcript
@@ -103,21 +105,32 @@ class ContextWindow:
 
     def _fit(self, lead: list[LLMMessage], transcript: list[LLMMessage], lead_end: int) -> list[LLMMessage] | Failed:
         assert self.budget is not None
-        current = _turn_start(transcript, len(transcript), lead_end)
-        current_turn = _without_orphans(transcript[current:])
-        needed = TOKENS_PER_REPLY + self._tools_tokens() + self._tokens(lead) + self._tokens(current_turn)
+        last = self._last
+        if last is not None and _appended_within_turn(transcript, last):
+            # The run added steps to its turn: the window only loses its oldest turns, as many as
+            # the new messages need room for (the same as fitting afresh, in O(new + left out)).
+            current, start = last.current, last.start
+            needed = last.needed + self._tokens(transcript[last.length :])
+            while needed > self.budget and start < current:
+                end = _next_turn(transcript, start, current)
+                needed -= self._tokens(_without_orphans(transcript[start:end]))
+                start = end
+        else:
+            current = _turn_start(transcript, len(transcript), lead_end)
+            needed = TOKENS_PER_REPLY + self._tools_tokens() + self._tokens(lead)
+            needed += self._tokens(_without_orphans(transcript[current:]))
+            start = current
+            while start > lead_end:
+                turn_start = _turn_start(transcript, start, lead_end)
+                cost = self._tokens(_without_orphans(transcript[turn_start:start]))
+                if needed + cost > self.budget:
+                    break
+                needed += cost
+                start = turn_start
         if needed > self.budget:
             return Failed(ErrorCode.TOKEN_LIMIT_EXCEEDED, self._too_long(needed))
-        start = current
-        while start > lead_end:
-            turn_start = _turn_start(transcript, start, lead_end)
-            turn = _without_orphans(transcript[turn_start:start])
-            cost = self._tokens(turn)
-            if needed + cost > self.budget:
-                break
-            needed += cost
-            start = turn_start
-        return lead + _without_orphans(transcript[start:current]) + current_turn
+        self._last = _Fit(len(transcript), transcript[-1], current, start, needed)
+        return lead + _without_orphans(transcript[start:current]) + _without_orphans(transcript[current:])
 
     def _tokens(self, messages: Sequence[LLMMessage]) -> int:
         total = 0
@@ -140,6 +153,30 @@ class ContextWindow:
             f"{self.budget} (max_context_tokens {p.max_context_tokens} less max_tokens {p.max_tokens or 0} "
             f"and a margin of {MARGIN_TOKENS})"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    """The last window: the transcript's length and last message then, where its current turn and
+    its earliest kept turn start, and its tokens."""
+
+    length: int
+    tail: LLMMessage
+    current: int
+    start: int
+    needed: int
+
+
+def _appended_within_turn(transcript: list[LLMMessage], last: _Fit) -> bool:
+    """True when ``transcript`` is the last window's with messages appended to its current turn."""
+    if len(transcript) < last.length or transcript[last.length - 1] is not last.tail:
+        return False
+    return all(m.role != "user" for m in transcript[last.length :])
+
+
+def _next_turn(transcript: list[LLMMessage], start: int, current: int) -> int:
+    """Where the turn after the one at ``start`` begins (at most ``current``)."""
+    return next((i for i in range(start + 1, current) if transcript[i].role == "user"), current)
 
 
 def _turn_start(transcript: list[LLMMessage], end: int, lead_end: int) -> int:

@@ -150,6 +150,22 @@ async def test_each_message_is_counted_once_per_run_and_only_as_far_back_as_the_
     assert counted[:2] == state.transcript[-2:] and len(counted) <= 2 + 2
 
 
+async def test_steps_of_a_run_leave_out_the_oldest_turns_as_a_fresh_window_would() -> None:
+    turns = [m for i in range(12) for m in (_tool_turn(i) if i % 3 else _plain_turn(i))]
+    state = RunState(transcript=[SYSTEM, *turns, LLMMessage(role="user", content="go on")], context=[MEMORY])
+    window = ContextWindow(_profile(_context_for(900)))
+    lengths = []
+    for step in range(40):
+        prompt = await window.prompt(state)
+        assert prompt == await ContextWindow(_profile(_context_for(900))).prompt(state)
+        if isinstance(prompt, Failed):
+            break
+        lengths.append(prompt.index(state.transcript[len(turns) + 1]))  # the earlier turns' messages kept
+        state.transcript += _tool_turn(100 + step)[1:]  # a step: tool calls, their results, a text
+    # The earlier turns left the window step by step until the current turn alone no longer fit.
+    assert isinstance(prompt, Failed) and lengths == sorted(lengths, reverse=True) and len(set(lengths)) > 3
+
+
 async def test_nothing_is_tokenized_while_the_byte_length_is_within_the_budget(monkeypatch) -> None:
     def refuse(message: LLMMessage) -> Any:
         raise AssertionError("tokenized a prompt whose bytes fit")
