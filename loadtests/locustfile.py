@@ -18,8 +18,8 @@ product and this file together. On its own, against running services::
 Configuration from the environment: ``LOAD_JWT_SECRET`` (the service's ``AUTH_JWT_SECRET``),
 ``LOAD_DIRECT_WEIGHT`` / ``LOAD_AGENT_WEIGHT`` (7 / 3), ``LOAD_TURN_TIMEOUT_S`` (60),
 ``LOAD_TURNS_PER_CONVERSATION`` (40: then the user starts a new conversation, as people do; one
-conversation held for an hour of turns would outgrow the agent profile's context, 64 000 tokens,
-after about 290 agent turns and end every later turn with TOKEN_LIMIT_EXCEEDED).
+conversation held for an hour of turns outgrows the agent profile's context, 64 000 tokens, after
+about 290 agent turns, and from then on each agent call sends only the newest turns that fit).
 
 The WebSocket client is websocket-client: plain sockets, which gevent (Locust's) patches. The
 ``websockets`` sync client runs a thread per connection, and under gevent closing one crashed the

@@ -20,7 +20,9 @@ class Profile(BaseModel):
     max_steps: Annotated[int, Field(ge=1, le=100)] = 8
     # Completion tokens per model call.
     max_tokens: Annotated[int, Field(ge=1)] | None = None
-    # Prompt tokens the transcript may reach before the run stops with TOKEN_LIMIT_EXCEEDED.
+    # The model's context: each call's prompt is the window of the transcript that fits it with the
+    # answer's max_tokens (runs.context_window); only a current turn too long for it ends the run
+    # with TOKEN_LIMIT_EXCEEDED.
     max_context_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: float | None = None
     # Tools that wait for the user's approval (ASK_USER kind "approval") before each call.

@@ -34,6 +34,7 @@ from agent_service.hooks.runner import HookRunner, no_hooks
 from agent_service.memory.recall import LongTermMemory, memory_message
 from agent_service.memory.store import Owner
 from agent_service.metrics import AgentMetrics
+from agent_service.runs.context_window import ContextWindow
 from agent_service.runs.state import (
     Completed,
     Failed,
@@ -70,7 +71,7 @@ from shared.protocol import (
     utcnow,
 )
 from shared.rate_limit import RateLimited, RateLimiter, Wait
-from shared.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, count_messages_tokens, count_tokens
+from shared.tokens import count_messages_tokens, count_tokens
 
 log = logging.getLogger(__name__)
 
@@ -167,20 +168,14 @@ class ReActEngine:
         profile = ctx.profile
         specs = [tool.spec() for name in profile.tools if (tool := find_tool(self.tools, name)) is not None]
         options = CompletionOptions(model=profile.model, max_tokens=profile.max_tokens, temperature=profile.temperature)
+        window = ContextWindow(profile, specs)
         while state.steps < profile.max_steps:
             state.steps += 1
-            if profile.max_context_tokens is not None and not _surely_within(state.transcript, profile.max_context_tokens):
-                prompt_tokens = await asyncio.to_thread(
-                    count_messages_tokens, [(m.role, m.content) for m in state.transcript]
-                )
-                if prompt_tokens > profile.max_context_tokens:
-                    return Failed(
-                        ErrorCode.TOKEN_LIMIT_EXCEEDED,
-                        f"the conversation needs {prompt_tokens} prompt tokens, the profile allows "
-                        f"{profile.max_context_tokens}",
-                    )
+            messages = await window.prompt(state)
+            if isinstance(messages, Failed):
+                return messages
             try:
-                text, calls = await self._model_turn(ctx, state, specs, options, emit, answer, ready)
+                text, calls = await self._model_turn(ctx, state, messages, specs, options, emit, answer, ready)
             except LLMError as exc:
                 code = ErrorCode.LLM_UNAVAILABLE if exc.retryable else ErrorCode.LLM_ERROR
                 log.warning("model call failed", extra={"error_type": type(exc).__name__, "code": code.value})
@@ -201,8 +196,8 @@ class ReActEngine:
         )
 
     async def _model_turn(
-        self, ctx: RunContext, state: RunState, specs, options: CompletionOptions, emit: Emit, answer: list[str],
-        ready: Awaitable[None] | None = None,
+        self, ctx: RunContext, state: RunState, messages: list[LLMMessage], specs, options: CompletionOptions,
+        emit: Emit, answer: list[str], ready: Awaitable[None] | None = None,
     ) -> tuple[str, list[ToolCall]]:
         text: list[str] = []
         reasoning: list[str] = []
@@ -210,7 +205,7 @@ class ReActEngine:
         done: LLMDone | None = None
         run = run_info(ctx)
         # The prompt of this call: hooks may change it; the run's transcript stays as it is.
-        prompt = BeforeModelCall(run, state.steps, state.prompt(), options)
+        prompt = BeforeModelCall(run, state.steps, messages, options)
         if self.hooks.wants(HookPoint.BEFORE_MODEL_CALL):
             await self.hooks.call(HookPoint.BEFORE_MODEL_CALL, prompt)
         chunk_hooks = self.hooks.wants(HookPoint.ANSWER_CHUNK)
@@ -403,15 +398,3 @@ def _run_end(run: RunInfo, outcome: Outcome, state: RunState, duration_s: float)
         return RunEnd(run, EventType.ASK_USER.value, None, state.usage, duration_s)
     return RunEnd(run, EventType.ERROR.value, outcome.code.value, state.usage, duration_s)
 
-
-def _surely_within(transcript: list[LLMMessage], limit: int) -> bool:
-    """True when the prompt cannot exceed ``limit`` tokens whatever its exact count: a byte-level
-    BPE token covers at least one byte, so the UTF-8 length bounds the token count. The exact count
-    (a thread hop and a tokenizer pass over the whole transcript, before every model call) is then
-    only needed for a transcript near or over the limit."""
-    bound = TOKENS_PER_REPLY
-    for message in transcript:
-        bound += TOKENS_PER_MESSAGE + len(message.role) + len(message.content.encode())
-        if bound > limit:
-            return False
-    return True

@@ -23,16 +23,9 @@ class RunState:
     pending_calls: list[ToolCall] = field(default_factory=list)
     steps: int = 0
     usage: Usage = field(default_factory=Usage)
-    # Messages every prompt of this run carries and the transcript does not keep (recalled memory);
-    # not persisted: a resumed run recalls afresh.
+    # Messages every prompt of this run carries after the transcript's leading system messages and
+    # the transcript does not keep (recalled memory); not persisted: a resumed run recalls afresh.
     context: list[LLMMessage] = field(default_factory=list)
-
-    def prompt(self) -> list[LLMMessage]:
-        """The transcript with the run's context after its leading system messages."""
-        if not self.context:
-            return list(self.transcript)
-        lead = next((i for i, m in enumerate(self.transcript) if m.role != "system"), len(self.transcript))
-        return self.transcript[:lead] + self.context + self.transcript[lead:]
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -85,7 +85,9 @@ USER_ERROR_TEXT = {
     "LLM_ERROR": "The agent's language model returned an error. Please try again.",
     "RATE_LIMITED": "Your organisation has reached its usage limit for the agent. Please try again later.",
     "MAX_STEPS_EXCEEDED": "The agent could not finish within its step limit. Try a simpler or more specific request.",
-    "TOKEN_LIMIT_EXCEEDED": "The conversation is too long for the agent. Start a new conversation or shorten it.",
+    # Earlier turns never cause it (the agent leaves the oldest out of its prompt): this message and
+    # the agent's work on it alone outgrew the model's context.
+    "TOKEN_LIMIT_EXCEEDED": "This request is too long for the agent. Try a shorter message or a smaller task.",
     "TOOL_ERROR": "One of the agent's tools failed. Please try again.",
     "CANCELLED": "The agent run was cancelled.",
     "INTERRUPTED": "The agent was interrupted by a restart. Please send your message again.",

@@ -9,7 +9,7 @@ import pytest
 
 from agent_service.metrics import AgentMetrics
 from agent_service.profiles.schemas import Profile
-from agent_service.runs.engine import ReActEngine, _surely_within
+from agent_service.runs.engine import ReActEngine
 from agent_service.runs.state import (
     Completed,
     Failed,
@@ -176,32 +176,23 @@ async def test_token_limit() -> None:
     assert isinstance(outcome, Failed) and outcome.code is ErrorCode.TOKEN_LIMIT_EXCEEDED
 
 
-async def test_token_limit_counts_exactly_when_the_byte_bound_is_over_it() -> None:
-    # 400 bytes of user text are ~50 tokens: over the limit by the byte bound, within it exactly.
-    state = RunState(transcript=[LLMMessage(role="system", content="sys"), LLMMessage(role="user", content="a" * 400)])
-    exact = count_messages_tokens([(m.role, m.content) for m in state.transcript])
-    assert not _surely_within(state.transcript, 100) and exact <= 100
-    provider = ScriptedProvider([[TextDelta("ok"), LLMDone(10, 1)]])
-    outcome = await _engine(provider).run(_ctx(_profile(max_context_tokens=100)), state, Recorder())
-    assert isinstance(outcome, Completed) and outcome.answer == "ok"
-    over = await _engine(ScriptedProvider([])).run(
-        _ctx(_profile(max_context_tokens=exact - 1)), RunState(transcript=list(state.transcript)), Recorder()
-    )
-    assert isinstance(over, Failed) and over.code is ErrorCode.TOKEN_LIMIT_EXCEEDED
-
-
-@pytest.mark.parametrize(
-    "text",
-    ["hello", "ünïcödé 漢字 😀😀 👩‍👩‍👧", " " * 300, "a" * 1000, "\x00\x01 zz\n\t", "the quick brown fox " * 50,
-     "".join(chr(c) for c in range(0x20, 0x2FF))],
-)
-def test_the_byte_bound_is_never_under_the_exact_count(text: str) -> None:
-    transcript = [LLMMessage(role="system", content="sys"), LLMMessage(role="user", content=text),
-                  LLMMessage(role="assistant", content=text[::-1])]
-    exact = count_messages_tokens([(m.role, m.content) for m in transcript])
-    for limit in range(exact - 1, exact + 2000, 7):
-        if _surely_within(transcript, limit):
-            assert exact <= limit
+async def test_a_transcript_over_the_context_completes_on_a_window_of_it() -> None:
+    # Twenty earlier turns of ~100 tokens each: the whole transcript is far over the context.
+    history = [LLMMessage(role="system", content="sys")]
+    for i in range(20):
+        history += [LLMMessage(role="user", content=f"question {i} " * 50), LLMMessage(role="assistant", content=f"answer {i}")]
+    state = RunState(transcript=[*history, LLMMessage(role="user", content="and now?")])
+    provider = ScriptedProvider([[ToolCall("c1", "add", {"a": 1, "b": 2}), LLMDone()], [TextDelta("3"), LLMDone(10, 1)]])
+    profile = _profile(max_context_tokens=600, max_tokens=100)
+    assert count_messages_tokens([(m.role, m.content) for m in state.transcript]) > 4 * 600
+    outcome = await _engine(provider).run(_ctx(profile), state, Recorder())
+    assert isinstance(outcome, Completed) and outcome.answer == "3"
+    for prompt, _ in provider.calls:
+        assert prompt[0].content == "sys" and count_messages_tokens([(m.role, m.content) for m in prompt]) <= 600 - 100
+    # The second call carries the current turn whole: the question, the tool call and its result.
+    assert [m.role for m in provider.calls[1][0][-3:]] == ["user", "assistant", "tool"]
+    # The stored transcript keeps everything.
+    assert state.transcript[: len(history)] == history and len(state.transcript) == len(history) + 4
 
 
 async def test_ask_user_pauses_and_resumes_from_json_state() -> None:
