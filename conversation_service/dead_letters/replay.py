@@ -24,7 +24,8 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from conversation_service.agent_delegation.repository import DeadLetterRepository
-from conversation_service.agent_delegation.service import AgentDelegation, TurnRequest
+from conversation_service.agent_delegation.schemas import TurnRequest
+from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.db.models import Conversation, DeadLetter, Message, utcnow
 from conversation_service.db.repository import unit_of_work
 from conversation_service.errors import Conflict, InvalidInput, NotFound

@@ -144,3 +144,47 @@ async def test_a_turn_that_cannot_be_ended_is_left_to_the_lease_sweep(
     assert frames[-1]["type"] == "agent.complete"
     assert (reply.status, reply.content) == ("complete", ANSWER)
     assert turn.status == TurnStatus.DONE.value and turn.takeovers == 1
+
+
+async def test_a_taken_over_turn_whose_processing_fails_ends_the_reply_failed(
+    database_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeAgentService(api_key=AGENT_KEY)
+    short_leases = {"turn_lease_s": 1.0, "turn_sweep_interval_s": 0.2}
+    async with serve_app(fake.app) as agent_url, chat_service(database_url, agent_url, **short_leases) as stack:
+        processor = stack.state.agent.delegation._processor
+        turn_leases = stack.state.agent.delegation._leases
+        # A tool's end fails, on the turn's own path and again on the takeover's, which resumes the
+        # agent's stream after the tool's start (the last frame stored). Ending the reply fails
+        # only on the turn's own path: that is what leaves the turn to the sweep.
+        monkeypatch.setattr(processor, "_tool_end", _fault)
+        cid = await stack.conversation()
+        async with await connect(stack.chat_url, cid, "alice") as ws:
+            with pytest.MonkeyPatch.context() as database_down:
+                database_down.setattr(processor, "fail", _fault)
+                message_id = await send_agent_message(stack, cid)
+                await fake.wait_for_calls(1)
+                await stack.state.tasks.join()
+                assert message_id in turn_leases.abandoned
+            frames = await recv_until(ws, _turn_over)
+            await stack.state.tasks.join()
+            turn = await _turn(stack, message_id)
+            [reply] = await assistant_messages(stack, cid)
+            letters = await dead_letters(stack, cid)
+
+            monkeypatch.undo()
+            await _next_message_is_answered(stack, cid, ws)
+        replies = await assistant_messages(stack, cid)
+
+    assert len(fake.resume_calls) == 1  # the takeover resumed the run: the fault is on the resumed turn
+    assert [f["type"] for f in frames[-2:]] == ["message.error", "agent.error"]
+    error, agent_error = frames[-2]["data"], frames[-1]["data"]
+    assert error["message_id"] == reply.id and error["code"] == "agent_failed" and error["retryable"] is True
+    assert agent_error["code"] == "agent_failed" and agent_error["message_id"] == reply.id
+    assert FAULT not in repr(frames)
+    assert (reply.status, reply.content) == ("error", "")
+    assert turn.status == TurnStatus.DONE.value and turn.takeovers == 1
+    # One letter: the turn's own path could not write one. Its text is what a replay sends.
+    assert [(x.error_code, x.message_id, x.error_detail, x.payload["message"]) for x in letters] == [
+        ("agent_failed", message_id, f"RuntimeError: {FAULT}", "what is 17*23")]
+    assert sorted(m.status for m in replies) == ["complete", "error"]
