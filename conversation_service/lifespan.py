@@ -117,7 +117,7 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
             )
             agent = app.state.agent = await stack.enter_async_context(
                 build_agent(settings, storage, realtime, llm, client, replier, tasks, leases, metrics))
-            app.state.dead_letters = DeadLetterReplayer(storage.sessionmaker, agent.delegation, tasks)
+            app.state.dead_letters = DeadLetterReplayer(storage.sessionmaker, agent.delegation, tasks, leases)
             messages = app.state.messages = MessageService(
                 storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages, leases,
                 max_chars=settings.max_message_chars,
