@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from conversation_service.agent_client import AgentServiceClient
 from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
+from conversation_service.agent_delegation.failures import TurnFailures
 from conversation_service.agent_delegation.processor import AgentEventProcessor
 from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.agent_delegation.takeover import TurnTakeover
@@ -116,7 +117,7 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
             )
             agent = app.state.agent = await stack.enter_async_context(
                 build_agent(settings, storage, realtime, llm, client, replier, tasks, leases, metrics))
-            app.state.dead_letters = DeadLetterReplayer(storage.sessionmaker, agent.delegation, tasks)
+            app.state.dead_letters = DeadLetterReplayer(storage.sessionmaker, agent.delegation, tasks, leases)
             messages = app.state.messages = MessageService(
                 storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages, leases,
                 max_chars=settings.max_message_chars,
@@ -252,9 +253,11 @@ async def build_agent(
         sessionmaker, publisher, metrics.agent,
         queue_size=config.agent_event_queue_size, ask_user_timeout_s=config.ask_user_timeout_s,
     )
+    failures = TurnFailures(sessionmaker=sessionmaker, processor=processor, publisher=publisher, metrics=metrics.agent)
     delegation = AgentDelegation(
         sessionmaker=sessionmaker, client=client, breaker=breaker, history=history, processor=processor,
         replier=replier, publisher=publisher, metrics=metrics.agent, settings=config, tasks=tasks, leases=leases,
+        failures=failures,
     )
     dispatcher = AgentReplyDispatcher(
         sessionmaker=sessionmaker, router=MessageRouter(_routing(settings), registry=metrics.registry),
@@ -265,7 +268,7 @@ async def build_agent(
                             max_chars=settings.max_message_chars)
     takeover = TurnTakeover(
         sessionmaker=sessionmaker, leases=leases, dispatcher=dispatcher, delegation=delegation, processor=processor,
-        client=client, publisher=publisher, tasks=tasks, metrics=metrics.agent,
+        client=client, publisher=publisher, tasks=tasks, metrics=metrics.agent, failures=failures,
     )
     async with (
         every(config.agent_cleanup_interval_s, expiry.expire_all_due, name="ask-user-expiry"),

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from conversation_service.agent_delegation.service import AgentDelegation, TurnRequest
+from conversation_service.agent_delegation.schemas import TurnRequest
+from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.db.models import AgentSessionStatus, Conversation, Message
 from conversation_service.db.repository import unit_of_work
@@ -96,6 +97,15 @@ class AgentReplyDispatcher:
             name=f"direct-reply:{user_message.id}",
         )
         return decision
+
+    def request_of(self, user_message: Message, *, reason: str) -> TurnRequest:
+        """What a turn of the accepted ``user_message`` sends to the agent, as dispatching it did:
+        its answer to a question, or its text without a leading /agent or @agent."""
+        question_id = (user_message.agent_metadata or {}).get("answer_to")
+        if question_id:
+            answer = Answer(question_id=question_id, text=user_message.content)
+            return TurnRequest(text=answer.text, answer=answer, route_reason=reason)
+        return TurnRequest(text=self._router.strip_command(user_message.content)[1], route_reason=reason)
 
     def _route(self, conversation: Conversation, user_message: Message, *, has_active_session: bool) -> RouteDecision:
         return self._router.route(

@@ -21,28 +21,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from conversation_service.agent_client import (
     AgentConnectError,
-    AgentEventStream,
     AgentServerError,
     AgentServiceClient,
     AgentServiceError,
     AgentTimeoutError,
     AgentUnavailableError,
 )
+from conversation_service.agent_delegation.failures import TurnFailures, dead_letter_payload
 from conversation_service.agent_delegation.processor import (
     AgentEventProcessor,
     AgentTurn,
-    ProcessingFailed,
     TurnOutcome,
     TurnOutcomeKind,
 )
-from conversation_service.agent_delegation.repository import DeadLetterRepository
+from conversation_service.agent_delegation.schemas import TurnAttempt, TurnRequest
 from conversation_service.agent_delegation.settings import DelegationSettings
 from conversation_service.agent_delegation.turns import ConversationTurns, PreparedTurn, TurnRegistry
 from conversation_service.agent_sessions.errors import AgentSessionConflict
@@ -70,7 +68,7 @@ from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.resilience.breaker import CircuitBreaker, CircuitOpenError
 from conversation_service.routing.schemas import FALLBACK_NOTICE
 from conversation_service.tasks import TaskSupervisor
-from conversation_service.turns.leases import TurnLeases, TurnLeftRunning
+from conversation_service.turns.leases import TurnLeases
 from shared.logging import conversation_id_var, session_id_var
 from shared.protocol import Answer, ExecuteRequest, UserContext
 
@@ -81,34 +79,10 @@ log = logging.getLogger(__name__)
 UNHEALTHY_ERRORS = (AgentUnavailableError, AgentServerError, AgentConnectError, AgentTimeoutError)
 # How many times a session claim is retried when another replica's claim is not visible yet.
 CLAIM_ATTEMPTS = 3
-# A turn broken off by a fault of this service's own (a bug, a failed write): what the user reads.
-TURN_FAILED = "agent_failed"
-TURN_FAILED_TEXT = "The agent could not answer this message. Please try again."
 
 
 # The conversation's open agent session and the history rows before the message.
 Claim = tuple[ConversationAgentSession, list[Message]]
-
-
-@dataclass(frozen=True, slots=True)
-class TurnRequest:
-    """What to send: a new message, or an answer to a pending question."""
-
-    text: str
-    answer: Answer | None = None
-    route_reason: str = ""
-
-
-@dataclass(slots=True)
-class _Attempt:
-    """How far a turn got: what its last resort needs to end it like any other failure."""
-
-    row_id: str = ""  # the agent session row claimed ("": none yet)
-    agent_session_id: str | None = None
-    execute: ExecuteRequest | None = None
-    stream: AgentEventStream | None = None  # the execute's, once called
-    reply: AgentTurn | None = None  # the assistant message opened for the answer
-    ended: bool = False  # the user has the turn's end (or the direct LLM has the turn): nothing left to end
 
 
 class AgentDelegation:
@@ -126,8 +100,10 @@ class AgentDelegation:
         settings: DelegationSettings,
         tasks: TaskSupervisor,
         leases: TurnLeases,
+        failures: TurnFailures,
     ) -> None:
         self._leases = leases
+        self._failures = failures
         self._sessionmaker = sessionmaker
         self._client = client
         self._breaker = breaker
@@ -193,7 +169,7 @@ class AgentDelegation:
     ) -> str:
         """One delegated message; returns how it ended once the reply has ended."""
         token = conversation_id_var.set(conversation.id)
-        attempt = _Attempt()
+        attempt = TurnAttempt()
         try:
             async with turns.lock:
                 return await self._run_turn(conversation, user_message, request, claim, attempt)
@@ -201,61 +177,15 @@ class AgentDelegation:
             # Last line of defence: a fault of our own. The user must learn that this message got no
             # answer, and the turn must end, or the reply streams forever and the session stays busy.
             log.exception("agent turn failed", extra={"message_id": user_message.id})
-            if not attempt.ended:  # else only what followed the reply's end failed: the user has their answer
-                self._metrics.turns["failed"].inc()
-                await self._end_failed(conversation, user_message, request, attempt, error)
+            await self._failures.end_broken(conversation, user_message, request, attempt, error)
             return "failed"
         finally:
             turns.end()
             conversation_id_var.reset(token)
 
-    async def _end_failed(
-        self, conversation: Conversation, user_message: Message, request: TurnRequest, attempt: _Attempt,
-        error: Exception,
-    ) -> None:
-        """End a turn that a fault of ours broke off the way a broken stream ends one: the reply
-        ``error`` with its text so far, ``message.error`` and ``agent.error`` (retryable), the agent
-        session failed and the conversation free for its next message; then a dead letter."""
-        # A failure in the processing of the agent's events: the reply so far, the clients' text.
-        so_far, cause = (error.state, error.__cause__ or error) if isinstance(error, ProcessingFailed) else (None, error)
-        try:
-            turn = attempt.reply or await self._open_failed_reply(conversation, user_message, attempt.row_id,
-                                                                  attempt.agent_session_id)
-            await self._processor.fail(turn, so_far, code=TURN_FAILED, text=TURN_FAILED_TEXT, retryable=True)
-        except Exception as failure:
-            # Ending it failed too (the database is down, most likely): not marked done, the turn's
-            # lease runs out and the sweep's takeover ends the reply.
-            raise TurnLeftRunning(f"could not end the failed agent turn of message {user_message.id}") from failure
-        if attempt.execute is not None:
-            payload = _dead_letter_payload(attempt.execute)
-        else:  # broken off before its request was built: what a replay needs
-            payload = {"message": request.text,
-                       "answer_question_id": request.answer.question_id if request.answer else None}
-        attempts = attempt.stream.retries + 1 if attempt.stream is not None else 0
-        await self._dead_letter(conversation.id, user_message.id, attempt.agent_session_id, TURN_FAILED,
-                                f"{type(cause).__name__}: {cause}", payload, attempts)
-
-    async def _open_failed_reply(
-        self, conversation: Conversation, user_message: Message, row_id: str, agent_session_id: str | None
-    ) -> AgentTurn:
-        """The assistant message of a turn that fails before its reply opened, for ``fail`` to end:
-        the failure shows where the answer would have been (the page offers Retry on it)."""
-        async with unit_of_work(self._sessionmaker) as session:
-            message = Message(
-                conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content="",
-                status=MessageStatus.STREAMING.value, agent_session_id=agent_session_id,
-                agent_metadata={"path": "agent", "in_reply_to": user_message.id},
-            )
-            session.add(message)
-            await session.flush()
-        await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
-        # ``row_id`` "" (no session claimed yet): ``fail`` has no session to mark failed.
-        return AgentTurn(conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id or "",
-                         message_id=message.id, in_reply_to=user_message.id)
-
     async def _run_turn(
         self, conversation: Conversation, user_message: Message, request: TurnRequest, claim: Claim | None,
-        attempt: _Attempt,
+        attempt: TurnAttempt,
     ) -> str:
         started = time.perf_counter()
         claimed = claim if claim is not None else await self._claim_session(conversation.id, user_message)
@@ -397,7 +327,7 @@ class AgentDelegation:
             session.add(message)
 
     async def _start_failed(
-        self, conversation: Conversation, user_message: Message, attempt: _Attempt, error: AgentServiceError
+        self, conversation: Conversation, user_message: Message, attempt: TurnAttempt, error: AgentServiceError
     ) -> str:
         """The end of a turn whose execute failed: the direct LLM's answer, or the error shown."""
         stream, execute = attempt.stream, attempt.execute
@@ -409,7 +339,7 @@ class AgentDelegation:
             self._breaker.record_failure()
             await self._fall_back(
                 conversation, user_message, row_id, attempt, created_now=agent_session_id is None,
-                code=type(error).__name__, detail=str(error), payload=_dead_letter_payload(execute),
+                code=type(error).__name__, detail=str(error), payload=dead_letter_payload(execute),
                 attempts=attempts,
             )
             return "fallback"
@@ -417,9 +347,10 @@ class AgentDelegation:
         self._breaker.release()
         log.warning("agent refused the request", extra={"error_type": type(error).__name__,
                                                         "message_id": user_message.id})
-        await self._dead_letter(conversation.id, user_message.id, agent_session_id, type(error).__name__,
-                                str(error), _dead_letter_payload(execute), attempts)
-        turn = attempt.reply = await self._open_failed_reply(conversation, user_message, row_id, agent_session_id)
+        await self._failures.dead_letter(conversation.id, user_message.id, agent_session_id, type(error).__name__,
+                                         str(error), dead_letter_payload(execute), attempts)
+        turn = attempt.reply = await self._failures.open_failed_reply(conversation, user_message, row_id,
+                                                                      agent_session_id)
         await self._processor.fail(turn, None, code=type(error).__name__, text=error.user_message,
                                    retryable=error.retryable)
         attempt.ended = True
@@ -441,10 +372,10 @@ class AgentDelegation:
             self._metrics.questions["asked"].inc()
         if outcome.kind is TurnOutcomeKind.INTERRUPTED:
             self._breaker.record_failure()
-            await self._dead_letter(conversation.id, user_message.id, turn.agent_session_id,
-                                    outcome.error_code or "stream_interrupted",
-                                    str(outcome.error or "stream ended before a terminal event"),
-                                    _dead_letter_payload(execute), attempts)
+            await self._failures.dead_letter(conversation.id, user_message.id, turn.agent_session_id,
+                                             outcome.error_code or "stream_interrupted",
+                                             str(outcome.error or "stream ended before a terminal event"),
+                                             dead_letter_payload(execute), attempts)
         else:
             # The Agent Service did its job (an agent ERROR is an answer too).
             self._breaker.record_success()
@@ -454,7 +385,7 @@ class AgentDelegation:
         conversation: Conversation,
         user_message: Message,
         row_id: str,
-        attempt: _Attempt,
+        attempt: TurnAttempt,
         *,
         created_now: bool,
         code: str,
@@ -463,7 +394,7 @@ class AgentDelegation:
         attempts: int,
     ) -> None:
         if payload is not None:
-            await self._dead_letter(conversation.id, user_message.id, None, code, detail, payload, attempts)
+            await self._failures.dead_letter(conversation.id, user_message.id, None, code, detail, payload, attempts)
         if created_now:
             # A session that never reached the agent must not keep the conversation routed to it.
             async with unit_of_work(self._sessionmaker) as session:
@@ -479,17 +410,6 @@ class AgentDelegation:
             conversation, user_message, notice=("agent_unavailable", FALLBACK_NOTICE),
             agent_metadata={"fallback_from": "agent", "fallback_reason": code},
         )
-
-    async def _dead_letter(
-        self, conversation_id: str, message_id: str | None, agent_session_id: str | None, code: str,
-        detail: str, payload: dict[str, Any] | None, attempts: int,
-    ) -> None:
-        async with unit_of_work(self._sessionmaker) as session:
-            await DeadLetterRepository(session).add(
-                conversation_id=conversation_id, message_id=message_id, agent_session_id=agent_session_id,
-                error_code=code, error_detail=detail, payload=payload, attempts=attempts,
-            )
-        self._metrics.dead_letters[code].inc()
 
     def _count_retries(self, stream) -> None:
         """Add a finished stream's retry and reconnect counts to the metrics (call once per stream)."""
@@ -520,19 +440,3 @@ async def _settle_opening(opened: asyncio.Task) -> None:
 async def _iterate(stream) -> Any:
     async for event in stream:
         yield event
-
-
-def _dead_letter_payload(execute: ExecuteRequest) -> dict[str, Any]:
-    """What is needed to analyse or replay the request: ids, sizes, not the history's text."""
-    return {
-        "session_id": execute.session_id,
-        "profile_name": execute.profile_name,
-        "message": execute.message,
-        "answer_question_id": execute.answer.question_id if execute.answer else None,
-        "chat_history_messages": len(execute.chat_history),
-        "user_context": execute.user_context.model_dump(mode="json"),
-        "metadata": execute.metadata,
-    }
-
-
-

@@ -31,7 +31,9 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from conversation_service.agent_client import AgentServiceClient
 from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
+from conversation_service.agent_delegation.failures import TurnFailures
 from conversation_service.agent_delegation.processor import AgentEventProcessor, AgentTurn, Resumed
+from conversation_service.agent_delegation.schemas import TurnAttempt
 from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.conversations.repository import ConversationRepository
@@ -53,10 +55,11 @@ from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.realtime.repository import FrameRepository
 from conversation_service.tasks import TaskSupervisor
 from conversation_service.turns.leases import TurnLeases
-from shared.protocol import Answer
 
 log = logging.getLogger(__name__)
 
+# The route reason of a turn dispatched, or resumed, by a takeover.
+TAKEOVER = "takeover"
 INTERRUPTED_TEXT = "The reply was interrupted by a server restart. Please try again."
 # A turn whose takeovers keep failing (the process taking it over dies too) ends with an error.
 MAX_TAKEOVERS = 3
@@ -67,9 +70,11 @@ class TurnTakeover:
     def __init__(
         self, *, sessionmaker: async_sessionmaker, leases: TurnLeases, dispatcher: AgentReplyDispatcher,
         delegation: AgentDelegation, processor: AgentEventProcessor, client: AgentServiceClient,
-        publisher: FramePublisher, tasks: TaskSupervisor, metrics: AgentMetrics, batch: int = 50,
+        publisher: FramePublisher, tasks: TaskSupervisor, metrics: AgentMetrics, failures: TurnFailures,
+        batch: int = 50,
     ) -> None:
         self._sessionmaker = sessionmaker
+        self._failures = failures
         self._leases = leases
         self._dispatcher = dispatcher
         self._delegation = delegation
@@ -125,35 +130,50 @@ class TurnTakeover:
             self._metrics.takeovers["restarted"].inc()
             await self._restart(conversation, user_message)  # its task holds the turn from here
         else:
-            await self._leases.hold(turn.id, self._resume(turn, conversation, user_message, frames))
-            self._metrics.takeovers["resumed"].inc()
+            outcome = await self._leases.hold(turn.id, self._resume(turn, conversation, user_message, frames))
+            self._metrics.takeovers[outcome].inc()
 
     async def _restart(self, conversation: Conversation, user_message: Message) -> None:
-        metadata = user_message.agent_metadata or {}
-        if metadata.get("answer_to"):
-            answer = Answer(question_id=metadata["answer_to"], text=user_message.content)
-            self._delegation.resume(conversation, user_message, answer, reason="takeover")
+        request = self._dispatcher.request_of(user_message, reason=TAKEOVER)
+        if request.answer is not None:
+            self._delegation.resume(conversation, user_message, request.answer, reason=TAKEOVER)
         else:
             await self._dispatcher.dispatch(conversation, user_message)
 
-    async def _resume(self, turn: Turn, conversation: Conversation, user_message: Message, frames: list[Frame]) -> None:
+    async def _resume(self, turn: Turn, conversation: Conversation, user_message: Message, frames: list[Frame]) -> str:
+        """Continue the agent's stream after the last stored frame; ``resumed``, or ``failed``: a
+        fault of ours on the way ends the reply failed as on the turn's own path
+        (``TurnFailures.end_broken``), or leaves the turn running for the next sweep when even that
+        fails (``TurnLeftRunning``)."""
         assert turn.assistant_message_id is not None and turn.agent_session_id is not None
         content = _shown_text(frames)
-        async with unit_of_work(self._sessionmaker) as session:
-            row = await AgentSessionRepository(session).get_by_agent_session_id(turn.agent_session_id)
         agent_turn = AgentTurn(
-            conversation=conversation, session_row_id=row.id if row is not None else "",
+            # The session row is found below; until then (a failed read) ``fail`` has none to mark failed.
+            conversation=conversation, session_row_id="",
             agent_session_id=turn.agent_session_id, message_id=turn.assistant_message_id, in_reply_to=user_message.id,
             metadata={"taken_over": turn.takeovers},
             opening=lambda: self._ensure_message(conversation.id, turn.assistant_message_id or "", user_message,
                                                  turn.agent_session_id, content),
         )
-        stream = self._client.stream_events(turn.agent_session_id, last_event_id=turn.last_agent_seq)
+        attempt = TurnAttempt(agent_session_id=turn.agent_session_id, reply=agent_turn)
         try:
-            await self._processor.process(agent_turn, _iterate(stream), Resumed(content, turn.last_agent_seq))
-        finally:
-            await stream.aclose()
-            await agent_turn.ready()
+            async with unit_of_work(self._sessionmaker) as session:
+                row = await AgentSessionRepository(session).get_by_agent_session_id(turn.agent_session_id)
+            agent_turn.session_row_id = attempt.row_id = row.id if row is not None else ""
+            stream = attempt.stream = self._client.stream_events(turn.agent_session_id,
+                                                                 last_event_id=turn.last_agent_seq)
+            try:
+                await self._processor.process(agent_turn, _iterate(stream), Resumed(content, turn.last_agent_seq))
+                attempt.ended = True
+            finally:
+                await stream.aclose()
+                await agent_turn.ready()
+        except Exception as error:
+            log.exception("taken-over agent turn failed", extra={"turn_id": turn.id})
+            await self._failures.end_broken(conversation, user_message, self._dispatcher.request_of(
+                user_message, reason=TAKEOVER), attempt, error)
+            return "failed"
+        return "resumed"
 
     async def _ensure_message(
         self, conversation_id: str, message_id: str, user_message: Message, agent_session_id: str | None, content: str,

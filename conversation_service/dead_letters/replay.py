@@ -12,6 +12,14 @@ A letter is claimed before anything runs (``replayed_at``, one conditional UPDAT
 operators replaying it at once, one replays and the other is refused, and a letter is never
 replayed twice. The outcome is recorded when the turn has ended, also if the operator's
 connection went away meanwhile.
+
+The message's turn is reopened with the claim and the replay runs under its lease
+(``TurnLeases.hold``), as a chat turn does. When the replayed turn fails and ending its reply fails
+too (the database is down, most likely: ``TurnLeftRunning``), the reply is not left streaming in
+silence: the turn stays running, and a sweep, this replica's too, takes it over once its lease runs
+out and ends the reply (``agent_delegation.takeover``); the request answers 503 saying so, and
+the letter's outcome is ``left_running`` if it can still be written. Without the lease nothing
+would ever end that reply.
 """
 
 from __future__ import annotations
@@ -24,15 +32,21 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from conversation_service.agent_delegation.repository import DeadLetterRepository
-from conversation_service.agent_delegation.service import AgentDelegation, TurnRequest
+from conversation_service.agent_delegation.schemas import TurnRequest
+from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.db.models import Conversation, DeadLetter, Message, utcnow
 from conversation_service.db.repository import unit_of_work
-from conversation_service.errors import Conflict, InvalidInput, NotFound
+from conversation_service.errors import Conflict, InvalidInput, NotFound, Unavailable
 from conversation_service.tasks import TaskSupervisor
+from conversation_service.turns.leases import TurnLeases, TurnLeftRunning
 
 log = logging.getLogger(__name__)
 
 ROUTE_REASON = "dead_letter_replay"
+# The outcome recorded when the replayed turn could not be ended here (``TurnLeftRunning``).
+LEFT_RUNNING = "left_running"
+LEFT_RUNNING_DETAIL = ("the replayed turn failed and its reply could not be ended (the database may be down); "
+                       "it is left running for the turn lease sweep, which ends the reply")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,16 +82,20 @@ def replay_refusal(letter: DeadLetter) -> str | None:
 
 
 class DeadLetterReplayer:
-    def __init__(self, sessionmaker: async_sessionmaker, delegation: AgentDelegation, tasks: TaskSupervisor) -> None:
+    def __init__(
+        self, sessionmaker: async_sessionmaker, delegation: AgentDelegation, tasks: TaskSupervisor, leases: TurnLeases,
+    ) -> None:
         self._sessionmaker = sessionmaker
+        self._leases = leases
         self._delegation = delegation
         self._tasks = tasks
 
     async def replay(self, letter_id: str) -> ReplayResult:
         """Claim the letter, run its turn to the end, record and return how it ended.
 
-        NotFound: no such letter. Conflict: replayed already (or under way). InvalidInput: not
-        replayable (an answer, or its conversation or message is gone)."""
+        NotFound: no such letter. Conflict: replayed already (or under way), or the message's reply
+        still runs. InvalidInput: not replayable (an answer, or its conversation or message is gone).
+        Unavailable: the replayed turn could not be ended here and is left to the lease sweep."""
         claimed = await self._claim(letter_id)
         # In the service's own task: a caller that goes away does not cut the turn or its record.
         task = self._tasks.spawn(self._run(letter_id, claimed), name=f"dead-letter-replay:{letter_id}")
@@ -98,6 +116,8 @@ class DeadLetterReplayer:
             message = await session.get(Message, letter.message_id)
             if conversation is None or message is None:
                 raise InvalidInput("the letter's conversation or message no longer exists")
+            if not await self._leases.reopen(session, message.id, conversation.id):
+                raise Conflict("the message's reply is still streaming; replay the letter once it has ended")
             now = utcnow()
             if not await letters.claim_replay(letter_id, now):
                 raise Conflict("this dead letter is being replayed by another request")
@@ -106,9 +126,20 @@ class DeadLetterReplayer:
         return _Claimed(conversation, message, text, now)
 
     async def _run(self, letter_id: str, claimed: _Claimed) -> ReplayResult:
-        outcome = await self._delegation.run(
+        turn = self._delegation.run(
             claimed.conversation, claimed.message, TurnRequest(text=claimed.text, route_reason=ROUTE_REASON)
         )
+        try:
+            outcome = await self._leases.hold(claimed.message.id, turn)
+        except TurnLeftRunning as error:
+            log.error("replayed turn left running for the lease sweep", exc_info=error,
+                      extra={"dead_letter_id": letter_id, "message_id": claimed.message.id})
+            try:
+                async with unit_of_work(self._sessionmaker) as session:
+                    await DeadLetterRepository(session).record_replay(letter_id, LEFT_RUNNING, LEFT_RUNNING_DETAIL)
+            except Exception:  # the same fault, most likely: the letter keeps "no outcome yet"
+                log.exception("could not record a dead letter's replay", extra={"dead_letter_id": letter_id})
+            raise Unavailable(LEFT_RUNNING_DETAIL) from error
         async with unit_of_work(self._sessionmaker) as session:
             letters = DeadLetterRepository(session)
             again = [letter for letter in await letters.written_since(claimed.message.id, claimed.at)

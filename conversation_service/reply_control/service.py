@@ -122,13 +122,9 @@ class ReplyControl:
     async def _reopen_turn(self, session: AsyncSession, user_message: Message) -> None:
         """The user message's turn runs again, owned here: from the commit on, the new answer has
         an owner or a takeover, like a new message's."""
-        turns = TurnRepository(session)
-        if await turns.running_in(user_message.conversation_id):
+        if await TurnRepository(session).running_in(user_message.conversation_id):
             raise Conflict("a reply is still streaming in this conversation")
-        if await turns.get(user_message.id) is None:  # answered before turns were kept
-            await self._leases.open(session, user_message.id, user_message.conversation_id)
-        elif not await turns.reopen(user_message.id, owner_id=self._leases.replica_id,
-                                    lease_expires_at=self._leases.expires_at()):
+        if not await self._leases.reopen(session, user_message.id, user_message.conversation_id):
             raise Conflict("a reply is still streaming in this conversation")
 
 

@@ -66,6 +66,17 @@ class TurnLeases:
         await TurnRepository(session).open(turn_id, conversation_id, owner_id=self.replica_id,
                                            lease_expires_at=self.expires_at())
 
+    async def reopen(self, session: AsyncSession, turn_id: str, conversation_id: str) -> bool:
+        """In the transaction that answers an answered message again (a regenerate, a dead letter's
+        replay): its done turn runs again owned here, with nothing of the earlier reply, so the new
+        reply has an owner or a takeover like a new message's (opened afresh when the message
+        predates turns). False when its turn is still running."""
+        turns = TurnRepository(session)
+        if await turns.get(turn_id) is None:
+            await self.open(session, turn_id, conversation_id)
+            return True
+        return await turns.reopen(turn_id, owner_id=self.replica_id, lease_expires_at=self.expires_at())
+
     async def hold(self, turn_id: str, reply: Coroutine[Any, Any, T]) -> T:
         """Run ``reply`` as the turn's owner; the turn is done once it returns or fails (a failure
         has told the user already). Cancelled (shutdown), or ``TurnLeftRunning``: the turn stays
