@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.databases import (
+    REDIS_URL,
     backends,
     fresh_database,
     postgres_available,
     redis_available,
     services_required,
-    REDIS_URL,
 )
 
 # The suite never talks to a real LLM: the built-in offline model unless a test says otherwise.

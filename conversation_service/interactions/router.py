@@ -18,8 +18,8 @@ from conversation_service.interactions.schemas import (
     AgentSessionOut,
     PendingQuestionOut,
 )
-from shared.protocol import utcnow
 from shared.http_contract import BODY_ERRORS, errors
+from shared.protocol import utcnow
 
 _ERRORS = {401: "missing, invalid or expired bearer token", 404: "no such conversation of the caller's"}
 

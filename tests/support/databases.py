@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
 from urllib.parse import urlparse
 
 import asyncpg

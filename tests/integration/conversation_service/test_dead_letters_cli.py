@@ -20,7 +20,13 @@ import httpx
 import websockets
 
 from conversation_service.realtime.frames import FrameType
-from tests.integration.conversation_service.support import SECRET, auth, collect_until, new_conversation, ws_url
+from tests.integration.conversation_service.support import (
+    SECRET,
+    auth,
+    collect_until,
+    new_conversation,
+    ws_url,
+)
 from tests.support.servers import REPO_ROOT, ServiceProcess, free_port
 
 AGENT_KEY = "agent-key-for-replays"

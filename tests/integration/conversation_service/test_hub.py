@@ -20,7 +20,6 @@ from tests.integration.conversation_service.support import (
 )
 
 
-
 class Collector:
     def __init__(self, expected: int) -> None:
         self.frames: list[Frame] = []

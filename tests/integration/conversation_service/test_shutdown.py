@@ -21,7 +21,13 @@ from websockets.exceptions import ConnectionClosed
 
 from conversation_service.realtime.frames import FrameType
 from conversation_service.websocket.protocol import RESTART_REASON, WS_SERVICE_RESTART
-from tests.integration.conversation_service.support import SECRET, auth, collect_until, new_conversation, ws_url
+from tests.integration.conversation_service.support import (
+    SECRET,
+    auth,
+    collect_until,
+    new_conversation,
+    ws_url,
+)
 from tests.support.servers import ServiceProcess, free_port
 
 # Start-up and the interpreter's own exit, on a busy two-core machine: beyond the grace period.

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 import httpx
 
@@ -68,9 +69,8 @@ async def chat_service(database_url: str, agent_url: str, *, delegation: dict | 
                        **overrides: Any) -> AsyncIterator[Stack]:
     settings = make_settings(database_url, agent_service_url=agent_url, agent_service_api_key=AGENT_KEY,
                              delegation=DelegationSettings(**{**FAST, **(delegation or {})}), **overrides)
-    async with running(settings) as (url, app):
-        async with httpx.AsyncClient(timeout=30) as http:
-            yield Stack(chat_url=url, chat_app=app, agent_url=agent_url, http=http)
+    async with running(settings) as (url, app), httpx.AsyncClient(timeout=30) as http:
+        yield Stack(chat_url=url, chat_app=app, agent_url=agent_url, http=http)
 
 
 def frames_of(frames: list[dict], type_: str) -> list[dict]:

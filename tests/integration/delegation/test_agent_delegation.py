@@ -14,7 +14,6 @@ from conversation_service.db.models import ConversationAgentSession, DeadLetter,
 from conversation_service.db.repository import unit_of_work
 from conversation_service.routing.settings import RoutingSettings
 from tests.integration.conversation_service.support import auth, connect
-from tests.support.servers import free_port
 from tests.integration.delegation.stack import (
     agent_service,
     chat_service,
@@ -23,6 +22,7 @@ from tests.integration.delegation.stack import (
     frames_of,
     recv_until,
 )
+from tests.support.servers import free_port
 
 
 async def _turn(stack, ws, conversation_id: str, content: str, until: str = "agent.complete") -> list[dict]:

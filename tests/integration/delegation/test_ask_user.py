@@ -16,7 +16,6 @@ from sqlalchemy import select
 from agent_service.tools.ask_user import AskUserTool
 from agent_service.tools.calculator import CalculatorTool
 from agent_service.tools.current_time import CurrentTimeTool
-from conversation_service.interactions.expiry import QuestionExpiry
 from conversation_service.conversations.repository import ConversationRepository
 from conversation_service.db.models import (
     AgentSessionStatus,
@@ -25,6 +24,7 @@ from conversation_service.db.models import (
     PendingInteraction,
 )
 from conversation_service.db.repository import unit_of_work
+from conversation_service.interactions.expiry import QuestionExpiry
 from shared.protocol import utcnow
 from tests.integration.conversation_service.support import SECRET, auth, connect, ws_url
 from tests.integration.delegation.stack import (

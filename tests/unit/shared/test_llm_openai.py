@@ -8,6 +8,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from shared.fastpath.aiohttp_transport import AiohttpTransport
 from shared.llm.base import (
     DEFAULT_OPTIONS,
     CompletionOptions,
@@ -23,7 +24,6 @@ from shared.llm.base import (
     ToolCall,
     ToolSpec,
 )
-from shared.fastpath.aiohttp_transport import AiohttpTransport
 from shared.llm.openai import OpenAICompatibleProvider, to_openai_messages
 from shared.tokens import count_messages_tokens, count_tokens
 from tests.support.fake_openai import (
