@@ -37,7 +37,11 @@ from tests.integration.conversation_service.support import (
 os.environ.setdefault("LLM_BUILTIN_FIRST_TOKEN_MS", "0")
 os.environ.setdefault("LLM_BUILTIN_CHUNK_DELAY_MS", "0")
 
-OTHER_ORG = {"Authorization": f"Bearer {token('alice', 'globex')}"}
+
+def other_org() -> dict[str, str]:
+    """Alice's headers in another organisation. Made per call: a token made at import expires
+    before the tests that use it run, in a suite that takes longer than its lifetime."""
+    return {"Authorization": f"Bearer {token('alice', 'globex')}"}
 
 
 async def _titles(client: httpx.AsyncClient, base: str, query: str = "", headers=None) -> list[str]:
@@ -83,7 +87,7 @@ async def test_rename(database_url: str) -> None:
             assert bad.status_code == 422, body
             assert bad.json()["error"] == "validation_error"
         assert (await client.patch(url, json={"title": "x"})).status_code == 401
-        for stranger in (auth("mallory"), OTHER_ORG):
+        for stranger in (auth("mallory"), other_org()):
             r = await client.patch(url, json={"title": "taken over"}, headers=stranger)
             assert r.status_code == 404 and r.json() == {"error": "not_found", "detail": "conversation not found"}
         assert (await client.get(url, headers=auth("alice"))).json()["title"] == "Trip to Lisbon"
@@ -97,7 +101,7 @@ async def test_delete_hides_the_conversation_everywhere(database_url: str) -> No
         await client.post(f"{url}/messages", json={"content": "hello"}, headers=auth("alice"))
         await app.state.tasks.join()
 
-        for stranger in (auth("mallory"), OTHER_ORG):
+        for stranger in (auth("mallory"), other_org()):
             r = await client.delete(url, headers=stranger)
             assert r.status_code == 404 and r.json()["error"] == "not_found"
         assert (await client.delete(url)).status_code == 401
@@ -132,7 +136,7 @@ async def test_search_over_titles_and_owner_scoped_lists(database_url: str) -> N
         for title in ("Trip to Lisbon", "Budget 2027", "lisbon restaurants", "100% sure_thing"):
             await new_conversation(client, base, "alice", title=title)
         await new_conversation(client, base, "mallory", title="Lisbon for mallory")
-        await client.post(f"{base}/conversations", json={"title": "Lisbon in another org"}, headers=OTHER_ORG)
+        await client.post(f"{base}/conversations", json={"title": "Lisbon in another org"}, headers=other_org())
 
         assert sorted(await _titles(client, base, "?q=LISBON")) == ["Trip to Lisbon", "lisbon restaurants"]
         assert await _titles(client, base, "?q=%20%20budget%20") == ["Budget 2027"]
@@ -141,7 +145,7 @@ async def test_search_over_titles_and_owner_scoped_lists(database_url: str) -> N
         assert await _titles(client, base, "?q=p_t") == []  # as a wildcard, "p t" in "Trip to Lisbon"
         assert await _titles(client, base, "?q=nothing-like-it") == []
         assert len(await _titles(client, base)) == 4
-        assert await _titles(client, base, "?q=lisbon", headers=OTHER_ORG) == ["Lisbon in another org"]
+        assert await _titles(client, base, "?q=lisbon", headers=other_org()) == ["Lisbon in another org"]
         assert await _titles(client, base, "?q=lisbon&limit=1&offset=1") == ["Trip to Lisbon"]
         too_long = await client.get(f"{base}/conversations?q={'x' * 201}", headers=auth("alice"))
         assert too_long.status_code == 422
@@ -154,11 +158,11 @@ async def test_the_same_user_in_another_organisation_cannot_open_it(database_url
         conv = await new_conversation(client, base, "alice")
         url = f"{base}/conversations/{conv['id']}"
         for path in ("", "/messages", "/agent-session", "/agent-questions"):
-            assert (await client.get(url + path, headers=OTHER_ORG)).status_code == 404, path
+            assert (await client.get(url + path, headers=other_org())).status_code == 404, path
             assert (await client.get(url + path, headers=auth("mallory"))).status_code == 404, path
-        posted = await client.post(f"{url}/messages", json={"content": "hi"}, headers=OTHER_ORG)
+        posted = await client.post(f"{url}/messages", json={"content": "hi"}, headers=other_org())
         assert posted.status_code == 404
-        ws = await websockets.connect(url.replace("http://", "ws://") + "/ws", additional_headers=OTHER_ORG)
+        ws = await websockets.connect(url.replace("http://", "ws://") + "/ws", additional_headers=other_org())
         try:
             await ws.recv()
             raise AssertionError("another organisation's WebSocket stayed open")
