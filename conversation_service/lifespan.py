@@ -198,7 +198,8 @@ async def build_realtime(
     reservations = SeqReservations(storage.sessionmaker)
     block = settings.frame_seq_block
     if settings.redis_url:
-        hub = RedisHub(settings.redis_url, f"{settings.redis_channel_prefix}:frames")
+        hub = RedisHub(settings.redis_url, f"{settings.redis_channel_prefix}:frames",
+                       dropped=metrics.frames.hub_dropped.inc)
         seq = RedisSeqAllocator(settings.redis_url, settings.redis_channel_prefix, seq_floor, reservations,
                                 block=block)
     else:

@@ -69,6 +69,11 @@ class FrameMetrics:
         self.flush_seconds = Histogram(
             "conversation_frame_flush_seconds", "Duration of one group commit", buckets=_FAST, registry=r
         )
+        self.hub_dropped = Counter(
+            "conversation_hub_frames_dropped_total",
+            "Frames not sent to the other replicas (Redis gone or far behind); their clients refill them from the database",
+            registry=r,
+        )
 
 
 class WebSocketMetrics:

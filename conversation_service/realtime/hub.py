@@ -1,23 +1,27 @@
 """Fan-out of frames to the WebSocket clients of a conversation: the ``Hub`` interface.
 
-``InProcessHub`` serves one replica. ``RedisHub`` serves several: every replica publishes to one
-Redis pub/sub channel and routes what it receives to its local subscribers by conversation id.
+``InProcessHub`` serves one replica. ``RedisHub`` serves several: a frame goes to the publishing
+replica's own subscribers at once, in ``publish``, and to the other replicas through one Redis
+pub/sub channel, each routing what it receives to its local subscribers by conversation id.
 One channel (rather than one per conversation) keeps a single long-lived subscription per process:
-no SUBSCRIBE/UNSUBSCRIBE churn racing the reader as clients come and go, at the cost of each
-replica decoding frames of conversations it has no client for.
+no SUBSCRIBE/UNSUBSCRIBE churn racing the reader as clients come and go; a replica reads the
+conversation id ahead of the frame and decodes only frames it has a client for.
 
-``publish()`` never waits on a subscriber: delivery is ``Subscriber.deliver``, which must not
-block (a client connection writes the frame at once when its socket has room, else queues it,
-bounded, and flags itself when full).
-A frame lost between replicas (Redis hiccup) shows up as a seq gap at the client, which refills
-it from the database.
+``publish()`` never waits on a subscriber, nor on Redis: delivery is ``Subscriber.deliver``, which
+must not block (a client connection writes the frame at once when its socket has room, else
+queues it, bounded, and flags itself when full); frames for other replicas queue in an outbox that
+one task sends, whatever has queued in one pipelined write.
+A frame lost between replicas (Redis down for longer than the outbox holds) shows up as a seq gap at
+the client, which refills it from the database.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -89,13 +93,36 @@ class InProcessHub(Hub):
         self._local.deliver(frame)
 
 
+# A message on the channel: the sending replica's id, the conversation id, then the frame's JSON,
+# separated by newlines (neither id holds one; the frame's JSON never does, as JSON escapes it).
+_SEP = b"\n"
+# The pauses before a batch the outbox could not send is tried again; after the last, its frames
+# are given up (about 4 s: a Redis restart, not an outage).
+_SEND_RETRY_S = (0.1, 0.3, 1.0, 3.0)
+# How long a closing hub goes on sending what its outbox holds.
+_CLOSE_S = 2.0
+
+
 class RedisHub(Hub):
-    def __init__(self, redis_url: str, channel: str) -> None:
+    def __init__(
+        self, redis_url: str, channel: str, *, outbox_size: int = 20_000, batch: int = 500,
+        retry_pauses: tuple[float, ...] = _SEND_RETRY_S, dropped: Callable[[int], None] | None = None,
+    ) -> None:
         super().__init__()
         self._redis_url = redis_url
         self.channel = channel
+        # Frames this replica sent come back on the channel; its own subscribers had them already.
+        self.origin = uuid.uuid4().hex.encode()
+        self._outbox: deque[bytes] = deque()
+        self._outbox_size = outbox_size
+        self._batch = batch
+        self._retry_pauses = retry_pauses
+        self._dropped = dropped or (lambda n: None)
+        self._ready = asyncio.Event()
+        self._closing = False
         self._redis = None
         self._reader: asyncio.Task | None = None
+        self._sender: asyncio.Task | None = None
         self._subscribed = asyncio.Event()
 
     async def start(self) -> None:
@@ -103,19 +130,80 @@ class RedisHub(Hub):
 
         self._redis = aioredis.from_url(self._redis_url)
         self._reader = asyncio.create_task(self._read_forever(), name="redis-hub-reader")
+        self._sender = asyncio.create_task(self._send_forever(), name="redis-hub-sender")
         # A frame published before our SUBSCRIBE is registered would be lost: wait for the ack.
         await asyncio.wait_for(self._subscribed.wait(), timeout=10)
 
     async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            await asyncio.gather(self._reader, return_exceptions=True)
+        """Send what is still in the outbox (for up to ``_CLOSE_S``), then stop."""
+        self._closing = True
+        self._ready.set()
+        tasks = [task for task in (self._sender, self._reader) if task is not None]
+        if self._sender is not None:
+            await asyncio.wait([self._sender], timeout=_CLOSE_S)
+        for task in tasks:
+            task.cancel()
+        # Not gather: redis-py may take a cancellation inside a command for a lost connection and
+        # carry on; a shutdown must not hang on that.
+        if tasks:
+            await asyncio.wait(tasks, timeout=1)
         if self._redis is not None:
             await self._redis.aclose()
 
     async def publish(self, frame: Frame) -> None:
         assert self._redis is not None, "RedisHub.start() was not called"
-        await self._redis.publish(self.channel, frame.to_json())
+        self._local.deliver(frame)
+        if len(self._outbox) >= self._outbox_size:
+            # Redis far behind or gone: the other replicas' clients refill from the database.
+            self._dropped(1)
+            return
+        self._outbox.append(self.origin + _SEP + frame.conversation_id.encode() + _SEP + frame.to_json())
+        self._ready.set()
+
+    def _take(self) -> list[bytes]:
+        return [self._outbox.popleft() for _ in range(min(len(self._outbox), self._batch))]
+
+    async def _send(self, messages: list[bytes]) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for message in messages:
+                pipe.publish(self.channel, message)
+            await pipe.execute()
+
+    async def _send_forever(self) -> None:
+        while not self._closing:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._outbox:
+                messages = self._take()
+                for attempt, pause in enumerate((*self._retry_pauses, None)):
+                    try:
+                        await self._send(messages)
+                        break
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        if pause is None:
+                            log.exception("could not send frames to the other replicas; dropped",
+                                          extra={"frames": len(messages)})
+                            self._dropped(len(messages))
+                        else:
+                            log.warning("sending frames to the other replicas failed; retrying",
+                                        extra={"attempt": attempt + 1, "retry_in_s": pause})
+                            await asyncio.sleep(pause)
+
+    def _receive(self, raw: bytes) -> None:
+        if raw.startswith(b"{"):
+            # A replica of an earlier release sends the bare frame (during a rolling upgrade).
+            origin, conversation_id, body = b"", None, raw
+        else:
+            origin, conversation_id_raw, body = raw.split(_SEP, 2)
+            conversation_id = conversation_id_raw.decode()
+        if origin == self.origin or (conversation_id is not None and not self._local.count(conversation_id)):
+            return
+        frame = Frame.from_json(body)
+        if conversation_id is not None and frame.conversation_id != conversation_id:
+            raise ValueError("the frame's conversation is not the one its message names")
+        self._local.deliver(frame)
 
     async def _read_forever(self) -> None:
         backoff = 0.1
@@ -134,11 +222,9 @@ class RedisHub(Hub):
                     if message["type"] != "message":
                         continue
                     try:
-                        frame = Frame.from_json(message["data"])
+                        self._receive(message["data"])
                     except (ValueError, KeyError, TypeError):
                         log.warning("dropped an undecodable frame from the hub channel")
-                        continue
-                    self._local.deliver(frame)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -87,7 +87,7 @@ async def test_two_replicas_share_frames_through_redis(database_factory, redis_u
     url = await database_factory("conv")
     prefix = f"test:{uuid.uuid4().hex}"
     settings = make_settings(url, redis_url=redis_url, redis_channel_prefix=prefix)
-    async with running(settings) as (base_a, app_a), running(settings) as (base_b, app_b):
+    async with running(settings) as (base_a, _), running(settings) as (base_b, _):
         async with httpx.AsyncClient() as client:
             conv = await new_conversation(client, base_a, "alice")
             async with await connect(base_b, conv["id"], "alice") as ws_b:
@@ -99,3 +99,109 @@ async def test_two_replicas_share_frames_through_redis(database_factory, redis_u
         assert frames[-1]["data"]["content"] == deltas
         seqs = [f["seq"] for f in frames]
         assert seqs == sorted(set(seqs))
+
+
+# --- RedisHub across replicas -------------------------------------------------------------------
+
+
+@pytest.fixture
+async def redis_pair(redis_url: str):
+    """Two hubs on one channel, as two replicas would be."""
+    import uuid
+
+    channel = f"test:{uuid.uuid4().hex}"
+    a, b = RedisHub(redis_url, channel), RedisHub(redis_url, channel)
+    await a.start()
+    await b.start()
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+async def test_publishing_replica_delivers_to_its_own_clients_before_any_redis_round_trip(redis_pair) -> None:
+    a, _ = redis_pair
+    own = Collector(1)
+    a.subscribe("A", own)
+    await a.publish(Frame("message.delta", 1, "A", {"text": "x"}))
+    assert [f.seq for f in own.frames] == [1]
+
+
+async def test_other_replicas_get_each_frame_once_and_in_order(redis_pair) -> None:
+    a, b = redis_pair
+    on_a, on_b = Collector(21), Collector(20)
+    a.subscribe("A", on_a)
+    b.subscribe("A", on_b)
+    for seq in range(1, 21):
+        await a.publish(Frame("message.delta", seq, "A", {"text": str(seq)}))
+    await asyncio.wait_for(on_b.done.wait(), 5)
+    # B's frame is on the channel after A's twenty: once A has it, A has read its own echoes too.
+    await b.publish(Frame("notice", 21, "A", {"text": "from b"}))
+    await asyncio.wait_for(on_a.done.wait(), 5)
+    # Each replica has every frame once: its own at publish, the other's through Redis.
+    assert [f.seq for f in on_a.frames] == list(range(1, 22))
+    assert on_b.frames == on_a.frames
+
+
+async def test_frame_of_an_earlier_release_is_still_delivered(redis_pair, redis_url: str) -> None:
+    import redis.asyncio as aioredis
+
+    _, b = redis_pair
+    on_b = Collector(1)
+    b.subscribe("A", on_b)
+    client = aioredis.from_url(redis_url)
+    try:
+        await client.publish(b.channel, Frame("notice", 7, "A", {"text": "bare"}).to_json())
+    finally:
+        await client.aclose()
+    await asyncio.wait_for(on_b.done.wait(), 5)
+    assert on_b.frames[0] == Frame("notice", 7, "A", {"text": "bare"})
+
+
+async def test_publish_neither_waits_nor_fails_while_redis_is_unreachable(redis_url: str) -> None:
+    """Through a TCP relay to the real Redis that the test cuts: the publishing replica's clients
+    keep getting frames at once; the frames for other replicas are tried again, then counted as
+    dropped (their clients refill from the database)."""
+    import uuid
+    from urllib.parse import urlsplit
+
+    target = urlsplit(redis_url)
+    links: list[asyncio.StreamWriter] = []
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(target.hostname, target.port or 6379)
+        links.extend([writer, up_writer])
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    dropped: list[int] = []
+    hub = RedisHub(f"redis://127.0.0.1:{port}{target.path}", f"test:{uuid.uuid4().hex}",
+                   retry_pauses=(0.05, 0.05), dropped=dropped.append)
+    await hub.start()
+    try:
+        own = Collector(5)
+        hub.subscribe("A", own)
+        server.close()
+        for link in links:
+            link.close()
+        for seq in range(1, 6):
+            async with asyncio.timeout(0.5):
+                await hub.publish(Frame("message.delta", seq, "A", {"text": str(seq)}))
+        assert [f.seq for f in own.frames] == [1, 2, 3, 4, 5]
+        async with asyncio.timeout(10):
+            while sum(dropped) < 5:
+                await asyncio.sleep(0.05)
+        assert sum(dropped) == 5
+    finally:
+        await hub.close()
+        await server.wait_closed()
