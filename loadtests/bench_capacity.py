@@ -1,7 +1,7 @@
 """Capacity: the most concurrent paced streams with per-event p95 under 50 ms and no errors, and the
 server CPU per 10,000 streamed events.
 
-    .venv/bin/python -m loadtests.bench_capacity [--target agent|chat|both] [--db sqlite|postgres]
+    .venv/bin/python -m loadtests.bench_capacity [--target agent|chat|both|floor] [--db sqlite|postgres]
         [--workers N] [--levels 25,50,100,150,200,250,300,400,500] [--all-levels] [--clients K]
 
 Starts, as real processes on loopback: the fake model paced like a hosted one (200 tokens, 200 ms
@@ -13,7 +13,11 @@ whole run:
   ANSWER_CHUNK events give the latencies;
 - ``chat``: a conversation each, its WebSocket open, then an ``/agent`` message; every frame
   counts, the ``message.delta`` frames give the latencies (model -> Agent Service ->
-  ConversationService -> browser's socket).
+  ConversationService -> browser's socket);
+- ``floor``: the same streams as ``agent`` through ``loadtests.floor_relay`` instead of the Agent
+  Service (model stream in, one SSE event out per token, nothing else; ``--workers`` processes):
+  the most this machine can relay at that pace with the model and the client beside it, the
+  ceiling over the services' figures.
 
 A token's latency is when the client read it minus when the model sent it (one host, one clock).
 A level passes with no errors and a p95 under ``--p95-limit-ms``; the capacity is the largest
@@ -30,6 +34,7 @@ import asyncio
 import multiprocessing
 import os
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +47,10 @@ from loadtests.common import (
     JWT_SECRET,
     REPO_ROOT,
     Process,
+    fake_llm,
     machine,
     percentile,
+    running,
     running_product,
     tree_cpu_seconds,
     work_dir,
@@ -114,11 +121,12 @@ async def gauge_sum(http: httpx.AsyncClient, url: str, name: str) -> float:
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
 
 
-async def settle(http: httpx.AsyncClient, agent: Process, seconds: float) -> None:
-    """Wait until the Agent Service runs nothing, then leave every process ``seconds`` to finish
-    its background work (batched writes, closing sockets) before the next level."""
+async def settle(http: httpx.AsyncClient, agent: Process | None, seconds: float) -> None:
+    """Wait until the Agent Service (if any) runs nothing, then leave every process ``seconds`` to
+    finish its background work (batched writes, closing sockets) before the next level."""
     deadline = time.monotonic() + 60
-    while await gauge_sum(http, agent.url, "agent_active_runs") > 0 and time.monotonic() < deadline:
+    while (agent is not None and await gauge_sum(http, agent.url, "agent_active_runs") > 0
+           and time.monotonic() < deadline):
         await asyncio.sleep(0.2)  # polling another process's state; there is nothing to wait on
     await asyncio.sleep(seconds)  # quiet time between levels, the point of settling
 
@@ -131,7 +139,9 @@ async def level(
     args: argparse.Namespace, target: str, n: int, clients: Clients, procs: dict[str, Process], urls: dict[str, str],
 ) -> dict[str, Any]:
     timeout = args.ttft_ms / 1000 + args.tokens * args.token_delay_ms / 1000 + args.stream_timeout_s
-    specs = [LevelSpec(target=target, streams=k, tokens=args.tokens, timeout_s=timeout, agent_url=urls["agent"],
+    # The floor relay answers the Agent Service's execute request with the same kind of SSE stream.
+    client_kind = "agent" if target == "floor" else target
+    specs = [LevelSpec(target=client_kind, streams=k, tokens=args.tokens, timeout_s=timeout, agent_url=urls["agent"],
                        agent_key=AGENT_KEY, chat_url=urls.get("chat", ""), jwt_secret=JWT_SECRET,
                        name=f"{target}{n}-{i}")
              for i, k in enumerate(split(n, len(clients.procs)))]
@@ -193,36 +203,51 @@ async def sweep(
         row = await level(args, target, n, clients, procs, urls)
         rows.append(row)
         print_row(target, row)
-        await settle(http, procs["agent_service"], args.settle_s)
+        await settle(http, procs.get("agent_service"), args.settle_s)
         if not row["passed"] and not args.all_levels:
             break
     passing = [r["streams"] for r in rows if r["passed"]]
     return {"levels": rows, "capacity_streams": max(passing) if passing else 0}
 
 
+@asynccontextmanager
+async def servers(args: argparse.Namespace, root: Path, targets: list[str], results: dict[str, Any]):
+    """The processes under measure, as ``(procs, urls)``: the product, or for ``floor`` the fake
+    model and the bare relay (no service, no database)."""
+    if targets == ["floor"]:
+        llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms,
+                       stamp=True)
+        relay = Process("floor_relay", ["-m", "loadtests.floor_relay", "--model", llm.url,
+                                        "--workers", str(args.workers)], {}, root)
+        async with running(llm, relay):
+            yield {"floor_relay": relay, "fake_model": llm}, {"agent": relay.url}
+        return
+    # Every stream of the largest level calls the model at once (at the default limit, 100, the
+    # others would wait for a connection before their first token).
+    model_calls = {"LLM_MAX_CONNECTIONS": str(max(*args.levels, 100))}
+    async with running_product(args, root, chat="chat" in targets, workers=args.workers, stamp=True,
+                               agent_env=model_calls) as product:
+        if product.redis_url is not None:
+            results["settings"]["redis_url"] = product.redis_url
+        procs = {"agent_service": product.agent}
+        urls = {"agent": product.agent.url}
+        if product.chat is not None:
+            procs["conversation_service"] = product.chat
+            urls["chat"] = product.chat.url
+        procs["fake_model"] = product.llm
+        yield procs, urls
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     root = work_dir("bench-capacity")
     targets = ["agent", "chat"] if args.target == "both" else [args.target]
     results: dict[str, Any] = {
-        "benchmark": "capacity", "machine": machine(), "database": args.db,
+        "benchmark": "capacity", "machine": machine(), "database": None if args.target == "floor" else args.db,
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
     }
     clients = Clients(args.clients)
     try:
-        # Every stream of the largest level calls the model at once (at the default limit, 100, the
-        # others would wait for a connection before their first token).
-        model_calls = {"LLM_MAX_CONNECTIONS": str(max(*args.levels, 100))}
-        async with running_product(args, root, chat="chat" in targets, workers=args.workers, stamp=True,
-                                   agent_env=model_calls) as product, \
-                httpx.AsyncClient(timeout=30) as http:
-            if product.redis_url is not None:
-                results["settings"]["redis_url"] = product.redis_url
-            procs = {"agent_service": product.agent}
-            urls = {"agent": product.agent.url}
-            if product.chat is not None:
-                procs["conversation_service"] = product.chat
-                urls["chat"] = product.chat.url
-            procs["fake_model"] = product.llm
+        async with servers(args, root, targets, results) as (procs, urls), httpx.AsyncClient(timeout=30) as http:
             print(HEADER, flush=True)
             for target in targets:
                 results[target] = await sweep(args, target, clients, procs, urls, http)
@@ -248,8 +273,9 @@ def parse_levels(text: str) -> list[int]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--target", choices=["agent", "chat", "both"], default="agent",
-                        help="both: the agent sweep, then the chat sweep, on the same processes")
+    parser.add_argument("--target", choices=["agent", "chat", "both", "floor"], default="agent",
+                        help="both: the agent sweep, then the chat sweep, on the same processes; floor: the bare "
+                             "relay instead of the services")
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--workers", type=int, default=1,
                         help="passed to each service as --workers N when N > 1 (chat then uses Redis)")

@@ -2,7 +2,7 @@
 write each token to the client as one SSE event, with nothing else (no database, no envelope, no
 metrics, no middleware).
 
-    python -m loadtests.floor_relay --model http://127.0.0.1:PORT --port 8990
+    python -m loadtests.floor_relay --model http://127.0.0.1:PORT --port 8990 [--workers N]
 
 A raw ASGI app under the services' own server settings (uvicorn with uvloop and httptools) and
 aiohttp for the model's stream, as the Agent Service reads it. What it costs per event on this
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import aiohttp
 import uvicorn
@@ -61,13 +62,21 @@ class FloorRelay:
         await send({"type": "http.response.body", "body": b"event: COMPLETE\ndata: {}\n\n", "more_body": False})
 
 
+def create() -> FloorRelay:
+    """The app of each worker process (uvicorn imports it by name when there are several)."""
+    return FloorRelay(os.environ["FLOOR_RELAY_MODEL_URL"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--model", required=True, help="base URL of the OpenAI-compatible model")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8990)
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the port, as the services' workers")
     args = parser.parse_args()
-    uvicorn.run(FloorRelay(args.model), host=args.host, port=args.port, log_level="warning", access_log=False)
+    os.environ["FLOOR_RELAY_MODEL_URL"] = args.model
+    uvicorn.run("loadtests.floor_relay:create", factory=True, workers=args.workers, host=args.host, port=args.port,
+                log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

@@ -54,3 +54,16 @@ async def test_a_tiny_sweep_of_both_targets(tmp_path) -> None:
         assert results[target]["capacity_streams"] == (2 if row["passed"] else 0)
     assert results["chat"]["levels"][0]["cpu_s"]["conversation_service"] > 0
     assert json.loads(out.read_text())["machine"]["nproc"]
+
+
+async def test_the_floor_target_relays_the_same_streams_with_no_service(tmp_path) -> None:
+    args = parse_args(["--target", "floor", "--levels", "2", "--tokens", "5", "--ttft-ms", "0",
+                       "--token-delay-ms", "5", "--clients", "1", "--settle-s", "0", "--out", str(tmp_path / "f.json")])
+    results = await main(args)
+
+    (row,) = results["floor"]["levels"]
+    assert row["error_reasons"] == {} and row["completed"] == 2
+    assert row["tokens_timed"] == 10 and row["events"] == 12  # 5 answer chunks and the end, per stream
+    # Measured per process, the relay in place of the services (a level this small may read 0 ticks).
+    assert set(row["cpu_s"]) == {"floor_relay", "fake_model", "client"}
+    assert results["database"] is None
