@@ -67,17 +67,19 @@ class ServiceProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def start(self, log_dir: Path, timeout: float = 30.0) -> None:
+    def _spawn(self, log_dir: Path) -> subprocess.Popen:
         self.log_path = log_dir / f"{self.module}-{self.port}-{int(time.time() * 1000)}.log"
-        log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, "--host", "127.0.0.1", "--port", str(self.port), *self.args],
-            env=self.env,
-            cwd=REPO_ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
+        with open(self.log_path, "wb") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", self.module, "--host", "127.0.0.1", "--port", str(self.port), *self.args],
+                env=self.env,
+                cwd=REPO_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    async def start(self, log_dir: Path, timeout: float = 30.0) -> None:
+        self.proc = self._spawn(log_dir)  # a fork and an open file per start: not worth a thread
         deadline = time.monotonic() + timeout
         async with httpx.AsyncClient() as client:
             while time.monotonic() < deadline:

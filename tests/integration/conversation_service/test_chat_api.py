@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import httpx
@@ -94,7 +95,7 @@ async def test_a_message_too_large_is_413_whatever_its_size(database_url: str) -
 
 
 async def test_plain_message_streams_a_direct_reply(database_url: str) -> None:
-    async with running(make_settings(database_url)) as (base, app), httpx.AsyncClient() as client:
+    async with running(make_settings(database_url)) as (base, _app), httpx.AsyncClient() as client:
         conv = await new_conversation(client, base, "alice")
         async with await connect(base, conv["id"], "alice") as ws:
             r = await client.post(f"{base}/conversations/{conv['id']}/messages",
@@ -117,7 +118,7 @@ async def test_plain_message_streams_a_direct_reply(database_url: str) -> None:
 
 
 async def test_after_seq_replays_exactly_once_across_a_reconnect(database_url: str) -> None:
-    async with running(make_settings(database_url)) as (base, app), httpx.AsyncClient() as client:
+    async with running(make_settings(database_url)) as (base, _app), httpx.AsyncClient() as client:
         conv = await new_conversation(client, base, "alice")
         # A reference client sees the whole conversation live.
         async with await connect(base, conv["id"], "alice", after_seq=0) as reference:
@@ -143,7 +144,7 @@ async def test_after_seq_replays_exactly_once_across_a_reconnect(database_url: s
 
 async def test_websocket_auth_and_origin(database_url: str) -> None:
     settings = make_settings(database_url, ws_auth_timeout_s=0.5, ws_allowed_origins="https://chat.example")
-    async with running(settings) as (base, app), httpx.AsyncClient() as client:
+    async with running(settings) as (base, _app), httpx.AsyncClient() as client:
         conv = await new_conversation(client, base, "alice")
         url = base.replace("http://", "ws://") + f"/conversations/{conv['id']}/ws"
 
@@ -163,7 +164,7 @@ async def test_websocket_auth_and_origin(database_url: str) -> None:
         # First-frame auth (the browser way), then a ping.
         from tests.integration.conversation_service.support import token
         async with websockets.connect(url, origin="https://chat.example") as ws:
-            await ws.send('{"type": "auth", "token": "%s"}' % token("alice"))
+            await ws.send(json.dumps({"type": "auth", "token": token("alice")}))
             await ws.send('{"type": "ping"}')
             assert (await recv_frame(ws))["type"] == "pong"
         async with websockets.connect(url) as ws:
@@ -178,7 +179,7 @@ async def test_websocket_auth_and_origin(database_url: str) -> None:
 
 
 async def test_bola_second_user_cannot_touch_first_users_conversation(database_url: str) -> None:
-    async with running(make_settings(database_url)) as (base, app), httpx.AsyncClient() as client:
+    async with running(make_settings(database_url)) as (base, _app), httpx.AsyncClient() as client:
         conv = await new_conversation(client, base, "alice")
         cid = conv["id"]
         for method, path, body in (
@@ -200,7 +201,7 @@ async def test_bola_second_user_cannot_touch_first_users_conversation(database_u
 
 
 async def test_message_send_over_websocket(database_url: str) -> None:
-    async with running(make_settings(database_url)) as (base, app), httpx.AsyncClient() as client:
+    async with running(make_settings(database_url)) as (base, _app), httpx.AsyncClient() as client:
         conv = await new_conversation(client, base, "alice")
         async with await connect(base, conv["id"], "alice") as ws:
             await ws.send('{"type": "message.send", "data": {"content": "hi over ws", "client_message_id": "w1"}}')

@@ -53,30 +53,32 @@ async def _session_rows(stack) -> list[ConversationAgentSession]:
 
 
 async def test_agent_asks_user_answers_run_resumes(database_factory, tmp_path):
-    async with agent_service(await database_factory("agent"), tmp_path) as agent_url:
-        async with chat_service(await database_factory("chat"), agent_url) as stack:
-            cid = await stack.conversation()
-            ws = await connect(stack.chat_url, cid, "alice")
-            ask = await _ask(stack, ws, cid)
-            assert ask["kind"] == "question" and "where" in ask["question"].lower()
+    async with (
+        agent_service(await database_factory("agent"), tmp_path) as agent_url,
+        chat_service(await database_factory("chat"), agent_url) as stack,
+    ):
+        cid = await stack.conversation()
+        ws = await connect(stack.chat_url, cid, "alice")
+        ask = await _ask(stack, ws, cid)
+        assert ask["kind"] == "question" and "where" in ask["question"].lower()
 
-            status = (await stack.http.get(f"{stack.chat_url}/conversations/{cid}/agent-session",
-                                           headers=auth("alice"))).json()
-            assert status["status"] == "AWAITING_USER"
-            assert status["pending_question"]["question_id"] == ask["question_id"]
+        status = (await stack.http.get(f"{stack.chat_url}/conversations/{cid}/agent-session",
+                                       headers=auth("alice"))).json()
+        assert status["status"] == "AWAITING_USER"
+        assert status["pending_question"]["question_id"] == ask["question_id"]
 
-            # A client that connects later still sees the question: it is part of the replayable stream.
-            late = await connect(stack.chat_url, cid, "alice", after_seq=0)
-            replayed = await recv_until(late, lambda f: f["type"] == "agent.ask_user")
-            assert replayed[-1]["data"]["question_id"] == ask["question_id"]
-            await late.close()
+        # A client that connects later still sees the question: it is part of the replayable stream.
+        late = await connect(stack.chat_url, cid, "alice", after_seq=0)
+        replayed = await recv_until(late, lambda f: f["type"] == "agent.ask_user")
+        assert replayed[-1]["data"]["question_id"] == ask["question_id"]
+        await late.close()
 
-            r = await stack.answer(cid, ask["question_id"], "Lisbon for 3 days")
-            assert r.status_code == 202, r.text
-            frames = await recv_until(ws, lambda f: f["type"] == "agent.complete")
-            await ws.close()
-            status = (await stack.http.get(f"{stack.chat_url}/conversations/{cid}/agent-session",
-                                           headers=auth("alice"))).json()
+        r = await stack.answer(cid, ask["question_id"], "Lisbon for 3 days")
+        assert r.status_code == 202, r.text
+        frames = await recv_until(ws, lambda f: f["type"] == "agent.complete")
+        await ws.close()
+        status = (await stack.http.get(f"{stack.chat_url}/conversations/{cid}/agent-session",
+                                       headers=auth("alice"))).json()
     answer = final_of(frames)["data"]["content"]
     assert "Lisbon" in answer and "3-day" in answer
     # The answer is stored as the user's message, visible to every client.
@@ -86,104 +88,112 @@ async def test_agent_asks_user_answers_run_resumes(database_factory, tmp_path):
 
 
 async def test_chat_message_while_question_pending_is_the_answer(database_factory, tmp_path):
-    async with agent_service(await database_factory("agent"), tmp_path) as agent_url:
-        async with chat_service(await database_factory("chat"), agent_url) as stack:
-            cid = await stack.conversation()
-            ws = await connect(stack.chat_url, cid, "alice")
-            await _ask(stack, ws, cid)
-            r = await stack.send(cid, "Porto for 2 days")
-            assert r.json()["route"] == {"target": "agent", "reason": "pending_question"}
-            frames = await recv_until(ws, lambda f: f["type"] == "agent.complete")
-            await ws.close()
+    async with (
+        agent_service(await database_factory("agent"), tmp_path) as agent_url,
+        chat_service(await database_factory("chat"), agent_url) as stack,
+    ):
+        cid = await stack.conversation()
+        ws = await connect(stack.chat_url, cid, "alice")
+        await _ask(stack, ws, cid)
+        r = await stack.send(cid, "Porto for 2 days")
+        assert r.json()["route"] == {"target": "agent", "reason": "pending_question"}
+        frames = await recv_until(ws, lambda f: f["type"] == "agent.complete")
+        await ws.close()
     assert "Porto" in final_of(frames)["data"]["content"]
 
 
 async def test_answer_errors_409_410_404(database_factory, tmp_path):
-    async with agent_service(await database_factory("agent"), tmp_path) as agent_url:
-        async with chat_service(await database_factory("chat"), agent_url,
-                                delegation={"agent_cleanup_interval_s": 3600}) as stack:
-            cid = await stack.conversation()
-            ws = await connect(stack.chat_url, cid, "alice")
-            ask = await _ask(stack, ws, cid)
+    async with (
+        agent_service(await database_factory("agent"), tmp_path) as agent_url,
+        chat_service(await database_factory("chat"), agent_url,
+                     delegation={"agent_cleanup_interval_s": 3600}) as stack,
+    ):
+        cid = await stack.conversation()
+        ws = await connect(stack.chat_url, cid, "alice")
+        ask = await _ask(stack, ws, cid)
 
-            wrong = await stack.answer(cid, "not-the-question", "Lisbon")
-            assert wrong.status_code == 409
-            assert wrong.json()["detail"]["pending_question_id"] == ask["question_id"]
-            foreign = await stack.answer(cid, ask["question_id"], "Lisbon", user="mallory")
-            assert foreign.status_code == 404
-            ok = await stack.answer(cid, ask["question_id"], "Lisbon for 3 days")
-            assert ok.status_code == 202
-            again = await stack.answer(cid, ask["question_id"], "Paris")
-            assert again.status_code == 409
-            await recv_until(ws, lambda f: f["type"] == "agent.complete")
+        wrong = await stack.answer(cid, "not-the-question", "Lisbon")
+        assert wrong.status_code == 409
+        assert wrong.json()["detail"]["pending_question_id"] == ask["question_id"]
+        foreign = await stack.answer(cid, ask["question_id"], "Lisbon", user="mallory")
+        assert foreign.status_code == 404
+        ok = await stack.answer(cid, ask["question_id"], "Lisbon for 3 days")
+        assert ok.status_code == 202
+        again = await stack.answer(cid, ask["question_id"], "Paris")
+        assert again.status_code == 409
+        await recv_until(ws, lambda f: f["type"] == "agent.complete")
 
-            # Expired: move the question's deadline into the past, as the clock would.
-            ask2 = await _ask(stack, ws, cid, "plan a trip")  # the open session keeps routing to the agent
-            async with unit_of_work(stack.state.storage.sessionmaker) as session:
-                question = await session.get(PendingInteraction, ask2["question_id"])
-                question.expires_at = utcnow() - timedelta(seconds=1)
-            gone = await stack.answer(cid, ask2["question_id"], "Lisbon")
-            assert gone.status_code == 410
-            assert gone.json()["error"] == "gone" and "expired" in gone.json()["detail"]["message"]
-            notice = await recv_until(ws, lambda f: f["type"] == "notice")
-            assert notice[-1]["data"]["text"] == EXPIRED_NOTICE
-            rows = await _session_rows(stack)
-            await ws.close()
+        # Expired: move the question's deadline into the past, as the clock would.
+        ask2 = await _ask(stack, ws, cid, "plan a trip")  # the open session keeps routing to the agent
+        async with unit_of_work(stack.state.storage.sessionmaker) as session:
+            question = await session.get(PendingInteraction, ask2["question_id"])
+            question.expires_at = utcnow() - timedelta(seconds=1)
+        gone = await stack.answer(cid, ask2["question_id"], "Lisbon")
+        assert gone.status_code == 410
+        assert gone.json()["error"] == "gone" and "expired" in gone.json()["detail"]["message"]
+        notice = await recv_until(ws, lambda f: f["type"] == "notice")
+        assert notice[-1]["data"]["text"] == EXPIRED_NOTICE
+        rows = await _session_rows(stack)
+        await ws.close()
     assert [r.status for r in rows] == [AgentSessionStatus.ABANDONED.value]
 
 
 async def test_expiry_abandons_session_and_next_message_starts_fresh(database_factory, tmp_path):
-    async with agent_service(await database_factory("agent"), tmp_path) as agent_url:
-        async with chat_service(await database_factory("chat"), agent_url,
-                                delegation={"ask_user_timeout_s": 1, "agent_cleanup_interval_s": 0.1}) as stack:
-            cid = await stack.conversation()
-            ws = await connect(stack.chat_url, cid, "alice")
-            ask = await _ask(stack, ws, cid)
-            # The cleanup job expires the question on its own once its second has passed.
-            frames = await recv_until(ws, lambda f: f["type"] == "notice", timeout=10)
-            assert frames[-1]["data"] == {"code": "agent_question_expired", "text": EXPIRED_NOTICE,
-                                          "question_id": ask["question_id"]}
-            (first,) = await _session_rows(stack)
-            assert first.status == AgentSessionStatus.ABANDONED.value
+    async with (
+        agent_service(await database_factory("agent"), tmp_path) as agent_url,
+        chat_service(await database_factory("chat"), agent_url,
+                     delegation={"ask_user_timeout_s": 1, "agent_cleanup_interval_s": 0.1}) as stack,
+    ):
+        cid = await stack.conversation()
+        ws = await connect(stack.chat_url, cid, "alice")
+        ask = await _ask(stack, ws, cid)
+        # The cleanup job expires the question on its own once its second has passed.
+        frames = await recv_until(ws, lambda f: f["type"] == "notice", timeout=10)
+        assert frames[-1]["data"] == {"code": "agent_question_expired", "text": EXPIRED_NOTICE,
+                                      "question_id": ask["question_id"]}
+        (first,) = await _session_rows(stack)
+        assert first.status == AgentSessionStatus.ABANDONED.value
 
-            r = await stack.send(cid, "/agent what is 2*3")
-            assert r.status_code == 202
-            done = await recv_until(ws, lambda f: f["type"] == "agent.complete")
-            assert "6" in final_of(done)["data"]["content"]
-            rows = await _session_rows(stack)
-            await ws.close()
+        r = await stack.send(cid, "/agent what is 2*3")
+        assert r.status_code == 202
+        done = await recv_until(ws, lambda f: f["type"] == "agent.complete")
+        assert "6" in final_of(done)["data"]["content"]
+        rows = await _session_rows(stack)
+        await ws.close()
     assert len(rows) == 2
-    fresh = [r for r in rows if r.id != first.id][0]
+    fresh = next(r for r in rows if r.id != first.id)
     assert fresh.status == AgentSessionStatus.ACTIVE.value
     assert fresh.agent_session_id != first.agent_session_id
 
 
 async def test_three_cleanup_workers_handle_each_expired_question_once(database_factory, tmp_path):
-    async with agent_service(await database_factory("agent"), tmp_path) as agent_url:
-        async with chat_service(await database_factory("chat"), agent_url,
-                                delegation={"agent_cleanup_interval_s": 3600}) as stack:
-            state = stack.state
-            past = utcnow() - timedelta(minutes=1)
-            async with unit_of_work(state.storage.sessionmaker) as session:
-                for i in range(200):
-                    conversation = await ConversationRepository(session).create(owner_id="alice", org_id=None, title="")
-                    row = ConversationAgentSession(
-                        conversation_id=conversation.id, agent_session_id=f"agent-{i}", profile_name="default",
-                        status=AgentSessionStatus.AWAITING_USER.value, pending_question_id=f"q-{i}",
-                    )
-                    session.add(row)
-                    await session.flush()
-                    session.add(PendingInteraction(
-                        question_id=f"q-{i}", conversation_id=conversation.id, agent_session_row_id=row.id,
-                        agent_session_id=f"agent-{i}", kind="question", question="Where to?",
-                        asked_at=past - timedelta(minutes=5), expires_at=past,
-                    ))
-            workers = [QuestionExpiry(state.storage.sessionmaker, state.realtime.publisher, state.metrics.agent, batch=7)
-                       for _ in range(3)]
-            handled = await asyncio.gather(*(w.expire_all_due() for w in workers))
-            async with unit_of_work(state.storage.sessionmaker) as session:
-                statuses = (await session.scalars(select(PendingInteraction.status))).all()
-                rows = (await session.scalars(select(ConversationAgentSession.status))).all()
+    async with (
+        agent_service(await database_factory("agent"), tmp_path) as agent_url,
+        chat_service(await database_factory("chat"), agent_url,
+                     delegation={"agent_cleanup_interval_s": 3600}) as stack,
+    ):
+        state = stack.state
+        past = utcnow() - timedelta(minutes=1)
+        async with unit_of_work(state.storage.sessionmaker) as session:
+            for i in range(200):
+                conversation = await ConversationRepository(session).create(owner_id="alice", org_id=None, title="")
+                row = ConversationAgentSession(
+                    conversation_id=conversation.id, agent_session_id=f"agent-{i}", profile_name="default",
+                    status=AgentSessionStatus.AWAITING_USER.value, pending_question_id=f"q-{i}",
+                )
+                session.add(row)
+                await session.flush()
+                session.add(PendingInteraction(
+                    question_id=f"q-{i}", conversation_id=conversation.id, agent_session_row_id=row.id,
+                    agent_session_id=f"agent-{i}", kind="question", question="Where to?",
+                    asked_at=past - timedelta(minutes=5), expires_at=past,
+                ))
+        workers = [QuestionExpiry(state.storage.sessionmaker, state.realtime.publisher, state.metrics.agent, batch=7)
+                   for _ in range(3)]
+        handled = await asyncio.gather(*(w.expire_all_due() for w in workers))
+        async with unit_of_work(state.storage.sessionmaker) as session:
+            statuses = (await session.scalars(select(PendingInteraction.status))).all()
+            rows = (await session.scalars(select(ConversationAgentSession.status))).all()
     every = [qid for ids in handled for qid in ids]
     assert len(every) == 200 and len(set(every)) == 200  # each question exactly once
     assert set(statuses) == {InteractionStatus.EXPIRED.value}
@@ -227,20 +237,22 @@ async def _approval_flow(database_factory, tmp_path, approved: bool) -> tuple[st
     tools = _Tools(CountingCalculator(), CurrentTimeTool(), AskUserTool())
     profiles = tmp_path / "profiles.yaml"
     profiles.write_text(APPROVAL_PROFILES)
-    async with agent_service(await database_factory("agent"), tmp_path, tools=tools,
-                             profiles_file=profiles) as agent_url:
-        async with chat_service(await database_factory("chat"), agent_url,
-                                delegation={"agent_profile_name": "careful"}) as stack:
-            cid = await stack.conversation()
-            ws = await connect(stack.chat_url, cid, "alice")
-            ask = await _ask(stack, ws, cid, "/agent what is 17*23")
-            assert ask["kind"] == "approval" and ask["tool"] == "calculator"
-            assert ask["args"] == {"expression": "17*23"}
-            assert CountingCalculator.runs == 0
-            r = await stack.answer(cid, ask["question_id"], "", approved=approved)
-            assert r.status_code == 202, r.text
-            frames = await recv_until(ws, lambda f: f["type"] in ("agent.complete", "agent.error"))
-            await ws.close()
+    async with (
+        agent_service(await database_factory("agent"), tmp_path, tools=tools,
+                      profiles_file=profiles) as agent_url,
+        chat_service(await database_factory("chat"), agent_url,
+                     delegation={"agent_profile_name": "careful"}) as stack,
+    ):
+        cid = await stack.conversation()
+        ws = await connect(stack.chat_url, cid, "alice")
+        ask = await _ask(stack, ws, cid, "/agent what is 17*23")
+        assert ask["kind"] == "approval" and ask["tool"] == "calculator"
+        assert ask["args"] == {"expression": "17*23"}
+        assert CountingCalculator.runs == 0
+        r = await stack.answer(cid, ask["question_id"], "", approved=approved)
+        assert r.status_code == 202, r.text
+        frames = await recv_until(ws, lambda f: f["type"] in ("agent.complete", "agent.error"))
+        await ws.close()
     return final_of(frames)["data"]["content"], frames, CountingCalculator.runs
 
 

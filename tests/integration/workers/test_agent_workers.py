@@ -53,23 +53,25 @@ async def _follow_run(owner_url: str, follower_url: str, follower_client: httpx.
     """Execute on ``owner_url``; read the same run through ``follower_url`` from its first event."""
     own: dict[int, float] = {}
     followed: dict[int, float] = {}
-    async with httpx.AsyncClient(timeout=60) as owner:
-        async with owner.stream("POST", f"{owner_url}/api/v1/agent/execute", json=BODY, headers=HEADERS) as resp:
-            assert resp.status_code == 200, await resp.aread()
-            session_id = resp.headers["X-Session-ID"]
-            own_task = asyncio.create_task(_read_sse(resp, own))
-            client = follower_client or httpx.AsyncClient(timeout=60)
-            try:
-                async with client.stream(
-                    "GET", f"{follower_url}/api/v1/agent/sessions/{session_id}/events", headers=HEADERS,
-                ) as follow:
-                    assert follow.status_code == 200
-                    follow_end = await _read_sse(follow, followed)
-                    follower_worker = follow.headers.get("x-worker")
-            finally:
-                if follower_client is None:
-                    await client.aclose()
-            own_end = await own_task
+    async with (
+        httpx.AsyncClient(timeout=60) as owner,
+        owner.stream("POST", f"{owner_url}/api/v1/agent/execute", json=BODY, headers=HEADERS) as resp,
+    ):
+        assert resp.status_code == 200, await resp.aread()
+        session_id = resp.headers["X-Session-ID"]
+        own_task = asyncio.create_task(_read_sse(resp, own))
+        client = follower_client or httpx.AsyncClient(timeout=60)
+        try:
+            async with client.stream(
+                "GET", f"{follower_url}/api/v1/agent/sessions/{session_id}/events", headers=HEADERS,
+            ) as follow:
+                assert follow.status_code == 200
+                follow_end = await _read_sse(follow, followed)
+                follower_worker = follow.headers.get("x-worker")
+        finally:
+            if follower_client is None:
+                await client.aclose()
+        own_end = await own_task
     return own, followed, own_end, follow_end, resp.headers.get("x-worker"), follower_worker
 
 
