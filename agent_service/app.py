@@ -142,6 +142,7 @@ async def build_runs(
     event_log = EventLog(
         sessionmaker, group_commit_ms=settings.group_commit_ms, live_queue_size=settings.live_queue_size, metrics=metrics,
         seq_block=settings.seq_reserve_block, notifier=notifier,
+        durable_write_budget_s=settings.durable_write_budget_seconds, max_pending=settings.event_log_max_pending,
     )
     event_log.start()
     stack.push_async_callback(event_log.aclose)

@@ -114,6 +114,7 @@ RUN_ERROR_RETRYABLE: dict[ErrorCode, bool] = {
     ErrorCode.INTERRUPTED: True,
     ErrorCode.QUESTION_EXPIRED: False,
     ErrorCode.RATE_LIMITED: True,
+    ErrorCode.STORAGE_UNAVAILABLE: True,
     ErrorCode.INTERNAL: False,
 }
 

@@ -172,6 +172,10 @@ class AgentMetrics:
                     registry=self.registry),
             "cause",
         )
+        self.events_lost = Counter(
+            "agent_event_log_lost", "Events the event log gave up writing (the database was away past the budget); "
+            "their runs ended with ERROR STORAGE_UNAVAILABLE", registry=self.registry,
+        )
         self.dropped_subscribers = Counter(
             "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",
             registry=self.registry,

@@ -37,6 +37,13 @@ class AgentServiceSettings(BaseSettings):
     knowledge_dir: Path | None = None
     ask_user_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
     group_commit_ms: Annotated[float, Field(ge=0)] = 50.0
+    # While the database is away (a restart, a failover) the event log's writes wait and are retried
+    # in order for this long; past it the runs whose events could not be written end with ERROR
+    # STORAGE_UNAVAILABLE, never with a COMPLETE over the hole.
+    durable_write_budget_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    # Events waiting for the group commit, all runs of the process together; past it a run's model
+    # stream waits for the database instead of growing memory.
+    event_log_max_pending: Annotated[int, Field(ge=100)] = 50_000
     # Seqs a run reserves durably (in its claim, then again before it runs out) so that it may show
     # events before their group commit; a crash leaves at most this many numbers unused.
     seq_reserve_block: Annotated[int, Field(ge=2, le=1_000_000)] = 1000

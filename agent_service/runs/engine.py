@@ -236,7 +236,9 @@ class ReActEngine:
                     answer.append(event.text)
                     # A reader that keeps up has the chunk on its socket when emit returns (see
                     # EventLog); fair_share pauses for other runs after it, never before.
-                    emit(EventType.ANSWER_CHUNK, AnswerChunkData(text=event.text))
+                    behind = emit(EventType.ANSWER_CHUNK, AnswerChunkData(text=event.text))
+                    if behind is not None:
+                        await behind  # the event log waits for its database: so does the model stream
                     if chunk_hooks:
                         await self.hooks.call(HookPoint.ANSWER_CHUNK, AnswerChunk(run, event.text))
                 elif isinstance(event, ReasoningDelta):
