@@ -101,6 +101,12 @@ def event_histogram(
 class AgentMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._runs()
+        self._event_log()
+        self._model()
+        self._extensions()
+
+    def _runs(self) -> None:
         self.runs_started = Counter(
             "agent_runs_started", "Runs started (new messages and resumes)", registry=self.registry
         )
@@ -113,13 +119,12 @@ class AgentMetrics:
         self.active_runs = Gauge(
             "agent_active_runs", "Runs executing in this process", registry=self.registry, multiprocess_mode="liveall"
         )
-        # Counted per event (``labels()`` on every event was ~3 % of the process's CPU under
-        # streaming load, and ``inc`` takes a lock).
-        self.events = event_counter("agent_events", "Events emitted, by type", "type", self.registry)
         self.tool_latency = Histogram(
             "agent_tool_latency_seconds", "Tool call duration", ["tool"], buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+
+    def _model(self) -> None:
         self.llm_ttft = Histogram(
             "agent_llm_time_to_first_token_seconds", "Time from model request to its first streamed event",
             buckets=_LATENCY_BUCKETS, registry=self.registry,
@@ -133,6 +138,11 @@ class AgentMetrics:
             "agent_llm_connection_waiters", "Model calls waiting now for a free LLM connection",
             registry=self.registry,
         )
+
+    def _event_log(self) -> None:
+        # Counted per event (``labels()`` on every event was ~3 % of the process's CPU under
+        # streaming load, and ``inc`` takes a lock).
+        self.events = event_counter("agent_events", "Events emitted, by type", "type", self.registry)
         self.event_batches = Histogram(
             "agent_event_log_batch_size", "Events written per group commit",
             buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=self.registry,
@@ -142,25 +152,7 @@ class AgentMetrics:
             "From a model delta received to its SSE bytes written to a live stream (non-terminal events)",
             _OVERHEAD_BUCKETS, self.registry,
         )
-        self.hook_failures = Counter(
-            "agent_hook_failures", "Hook calls that raised or timed out and were skipped, by hook, point and reason",
-            ["hook", "point", "reason"], registry=self.registry,
-        )
-        self.rate_limit_waits: Labelled[Counter] = Labelled(
-            Counter(
-                "agent_rate_limit_waits", "Model calls that waited for room in a rate limit (WAITING events), by limit",
-                ["limit"], registry=self.registry,
-            ),
-            "limit",
-        )
-        self.memory_failures = Counter(
-            "agent_memory_failures", "Memory store calls that failed or timed out, by operation", ["operation"],
-            registry=self.registry,
-        )
-        self.memory_health = Gauge(
-            "agent_memory_health", "Long-term memory health: 0 NORMAL, 1 DEGRADED, 2 DOWN (history only)",
-            registry=self.registry,
-        )
+
         self.live_tail_notifications = Counter(
             "agent_live_tail_notifications", "Commits of session events this process was told of (LISTEN/NOTIFY)",
             registry=self.registry,
@@ -178,5 +170,25 @@ class AgentMetrics:
         )
         self.dropped_subscribers = Counter(
             "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",
+            registry=self.registry,
+        )
+    def _extensions(self) -> None:
+        self.hook_failures = Counter(
+            "agent_hook_failures", "Hook calls that raised or timed out and were skipped, by hook, point and reason",
+            ["hook", "point", "reason"], registry=self.registry,
+        )
+        self.rate_limit_waits: Labelled[Counter] = Labelled(
+            Counter(
+                "agent_rate_limit_waits", "Model calls that waited for room in a rate limit (WAITING events), by limit",
+                ["limit"], registry=self.registry,
+            ),
+            "limit",
+        )
+        self.memory_failures = Counter(
+            "agent_memory_failures", "Memory store calls that failed or timed out, by operation", ["operation"],
+            registry=self.registry,
+        )
+        self.memory_health = Gauge(
+            "agent_memory_health", "Long-term memory health: 0 NORMAL, 1 DEGRADED, 2 DOWN (history only)",
             registry=self.registry,
         )

@@ -43,3 +43,8 @@ class FramePublisher:
         self._metrics.published[type].inc()
         self._metrics.emit_seconds.observe(time.perf_counter() - started)
         return frame
+
+    async def durable(self, conversation_id: str, since_seq: int) -> bool:
+        """Wait until every frame published so far is stored or given up; False when a frame of
+        ``conversation_id`` from ``since_seq`` on was given up (the database stayed away too long)."""
+        return await self._writer.durable(conversation_id, since_seq)

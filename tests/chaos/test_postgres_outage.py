@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.chaos.chat_support import (
@@ -29,6 +31,7 @@ from tests.chaos.chat_support import (
     assert_once_in_order,
     assert_seqs_are_forever,
     chat_process,
+    headers,
     is_end_of,
     new_conversation,
     record,
@@ -91,7 +94,8 @@ async def _reply_through(fault: str, postgres: PrivatePostgres, agent_url: str, 
         away_s = await postgres.restart()
     else:
         await postgres.stop()
-        await asyncio.sleep(OUTAGE_S)  # the fault itself: the database is away this long
+        await _requests_meanwhile_answer_503(chat_url, agent_url, cid)
+        await asyncio.sleep(max(OUTAGE_S - (time.monotonic() - started), 0))  # the fault: the database away 5 s
         await postgres.start()
         away_s = time.monotonic() - started
     await leaver.connect(chat_url, resume=True)
@@ -125,3 +129,15 @@ async def _reply_through(fault: str, postgres: PrivatePostgres, agent_url: str, 
     assert chunks == events[-1].data["answer"] == answer
     return {"fault": fault, "database_away_s": round(away_s, 2), "fault_to_both_clients_ended_s": round(ended_s, 2),
             "agent_events": len(events), "frames": len(watcher.frames)}
+
+
+async def _requests_meanwhile_answer_503(chat_url: str, agent_url: str, cid: str) -> None:
+    """Requests that need the database while it is away are refused at once, saying when to retry:
+    never a 500, never a stall."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        chat = await http.post(f"{chat_url}/conversations", json={"title": "during"}, headers=headers())
+        agent = await http.get(f"{agent_url}/api/v1/agent/sessions/{uuid.uuid4().hex}",
+                               headers={"X-API-Key": AGENT_KEY})
+    for answer in (chat, agent):
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"] == "storage_unavailable" and int(answer.headers["Retry-After"]) > 0

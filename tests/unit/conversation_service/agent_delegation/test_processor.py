@@ -19,9 +19,7 @@ from sqlalchemy import event, func, select
 
 from conversation_service.agent_client import AgentStreamError
 from conversation_service.agent_delegation.processor import (
-    DEFAULT_USER_ERROR,
     RESULT_PREVIEW_CHARS,
-    USER_ERROR_TEXT,
     AgentEventProcessor,
     AgentTurn,
     TurnOutcomeKind,
@@ -46,8 +44,12 @@ from conversation_service.realtime.repository import FrameRepository
 from conversation_service.realtime.reservations import SeqReservations
 from conversation_service.realtime.seq import InProcessSeqAllocator
 from conversation_service.realtime.writer import FrameWriter
+from conversation_service.replies.ender import ReplyEnder
+from conversation_service.replies.policy import AGENT_ERROR_TEXT as USER_ERROR_TEXT
+from conversation_service.replies.policy import DEFAULT_AGENT_ERROR_TEXT as DEFAULT_USER_ERROR
 from shared.db import create_engine, create_sessionmaker
 from shared.protocol import EventEnvelope, EventType, utcnow
+from shared.transactions import Transactions
 
 AGENT_SESSION_ID = "agent-sess-1"
 ASK_USER_TIMEOUT_S = 300.0
@@ -119,10 +121,7 @@ class Bed:
     agent_session_id: str = AGENT_SESSION_ID
 
     def processor(self, queue_size: int = 64) -> AgentEventProcessor:
-        return AgentEventProcessor(
-            self.sessionmaker, self.publisher, self.metrics.agent,
-            queue_size=queue_size, ask_user_timeout_s=ASK_USER_TIMEOUT_S,
-        )
+        return _processor(self, self.publisher, queue_size)
 
     def turn(self) -> AgentTurn:
         return AgentTurn(
@@ -564,9 +563,13 @@ def _processor_on(bed: Bed, hub: InProcessHub, queue_size: int = 64) -> tuple[Ag
     log = FrameLog()
     hub.subscribe(bed.conversation_id, log)
     publisher = FramePublisher(bed.seq, bed.writer, hub, bed.metrics.frames)
-    processor = AgentEventProcessor(bed.sessionmaker, publisher, bed.metrics.agent, queue_size=queue_size,
-                                    ask_user_timeout_s=ASK_USER_TIMEOUT_S)
-    return processor, log
+    return _processor(bed, publisher, queue_size), log
+
+
+def _processor(bed: Bed, publisher: FramePublisher, queue_size: int) -> AgentEventProcessor:
+    transactions = Transactions(bed.sessionmaker, budget_s=5)
+    return AgentEventProcessor(transactions, publisher, bed.metrics.agent, ReplyEnder(transactions, publisher),
+                               queue_size=queue_size, ask_user_timeout_s=ASK_USER_TIMEOUT_S)
 
 
 async def test_an_idle_processor_publishes_in_the_readers_step_and_coalesces_what_queued_while_busy(bed: Bed) -> None:
