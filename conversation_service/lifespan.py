@@ -202,7 +202,7 @@ async def build_realtime(
 
     hub: Hub
     seq: SeqAllocator
-    reservations = SeqReservations(storage.sessionmaker)
+    reservations = SeqReservations(storage.transactions)
     block = settings.frame_seq_block
     if settings.redis_url:
         hub = RedisHub(settings.redis_url, f"{settings.redis_channel_prefix}:frames",

@@ -161,7 +161,7 @@ async def _make_bed(database_url: str, *, flush_interval: float,
     hub = InProcessHub()
     await hub.start()
     writer.start()
-    seq = InProcessSeqAllocator(floor, SeqReservations(sessionmaker), block=seq_block)
+    seq = InProcessSeqAllocator(floor, SeqReservations(Transactions(sessionmaker, budget_s=5)), block=seq_block)
     publisher = FramePublisher(seq, writer, hub, metrics.frames)
     async with unit_of_work(sessionmaker) as session:
         conversation = Conversation(owner_id="alice", org_id="acme", title="t", agent_status="thinking")
