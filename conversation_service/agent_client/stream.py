@@ -230,6 +230,8 @@ class AgentEventStream:
         self._finished = False
         self._deadline: float | None = None
         self._failed_reconnects = 0
+        # When the stream broke and has not delivered an event since (None: it is fine).
+        self._broken_since: float | None = None
 
     def __repr__(self) -> str:
         return (
@@ -363,21 +365,23 @@ class AgentEventStream:
                 continue
             envelope = self._accept(sse)
             if envelope is not None:
-                self._failed_reconnects = 0
+                self._failed_reconnects, self._broken_since = 0, None
                 return envelope
 
     async def _reconnect(self, cause: AgentServiceError) -> None:
-        """Resume with ``Last-Event-ID``, backing off; gives up after the configured attempts."""
+        """Resume with ``Last-Event-ID``, backing off; gives up once the configured delays are spent
+        and the stream has been broken for ``resume_budget``."""
         await self._drop_connection()
-        delays = self._config.reconnect_delays
         loop = asyncio.get_running_loop()
+        if self._broken_since is None:
+            self._broken_since = loop.time()
         while True:
-            if self.session_id is None or self._failed_reconnects >= len(delays):
+            delay = self._next_reconnect_delay(loop.time())
+            if delay is None:
                 raise AgentStreamError(
                     f"the event stream broke and {self._failed_reconnects} reconnects failed "
                     f"({type(cause).__name__})"
                 ) from cause
-            delay = delays[self._failed_reconnects]
             self._failed_reconnects += 1
             if self._deadline is not None and loop.time() + delay >= self._deadline:
                 raise AgentTimeoutError("the event stream exceeded its time limit") from cause
@@ -414,6 +418,18 @@ class AgentEventStream:
                 if expired or isinstance(exc, AgentProtocolError) or not worth_retrying:
                     raise
                 cause = exc
+
+    def _next_reconnect_delay(self, now: float) -> float | None:
+        """The pause before the next reconnect, or None: give up."""
+        delays = self._config.reconnect_delays
+        if self.session_id is None or not delays:
+            return None
+        if self._failed_reconnects < len(delays):
+            return delays[self._failed_reconnects]
+        broken_for = now - (self._broken_since if self._broken_since is not None else now)
+        if broken_for + delays[-1] > self._config.resume_budget:
+            return None
+        return delays[-1]
 
     async def _caught_up(self) -> bool:
         """After a clean end without a terminal event: is there really nothing more to read?"""
