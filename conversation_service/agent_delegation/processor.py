@@ -57,7 +57,17 @@ from conversation_service.db.models import AgentSessionStatus, Conversation, Pen
 from conversation_service.interactions.repository import InteractionRepository
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.metrics import AgentMetrics, agent_events_received
-from conversation_service.realtime.frames import FrameType, TurnProgress
+from conversation_service.realtime.frames import (
+    AgentAskUser,
+    AgentComplete,
+    AgentError,
+    AgentThinking,
+    AgentToolEnd,
+    AgentToolStart,
+    AgentWaiting,
+    MessageDelta,
+    TurnProgress,
+)
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.replies.ender import Extras, Reply, ReplyEnder
 from conversation_service.replies.endings import Completed, Ending, Failed, Interrupted, Stopped
@@ -253,33 +263,25 @@ class AgentEventProcessor:
                 text = "".join(e.data.get("text", "") for e in events)
                 state.parts.append(text)
                 offset, state.chars = state.chars, state.chars + len(text)
-                await self._publisher.emit(
-                    cid, FrameType.MESSAGE_DELTA, {"message_id": turn.message_id, "text": text, "offset": offset},
-                    progress=progress,
-                )
+                await self._publisher.emit(cid, MessageDelta(turn.message_id, text, offset), progress=progress)
             case EventType.THOUGHT:
                 data = ThoughtData.model_validate(envelope.data)
-                await self._publisher.emit(
-                    cid, FrameType.AGENT_THINKING, {"message_id": turn.message_id, "text": data.text, "step": data.step},
-                    progress=progress,
-                )
+                await self._publisher.emit(cid, AgentThinking(turn.message_id, data.text, data.step), progress=progress)
             case EventType.TOOL_START:
                 data = ToolStartData.model_validate(envelope.data)
                 state.tools[data.call_id] = {"tool": data.tool, "args": data.args, "status": "running"}
                 await self._publisher.emit(
-                    cid, FrameType.AGENT_TOOL_START,
-                    {"message_id": turn.message_id, "call_id": data.call_id, "tool": data.tool, "args": data.args},
-                    progress=progress,
+                    cid, AgentToolStart(turn.message_id, data.call_id, data.tool, data.args), progress=progress,
                 )
             case EventType.TOOL_END:
                 await self._tool_end(state, ToolEndData.model_validate(envelope.data))
             case EventType.WAITING:
                 data = WaitingData.model_validate(envelope.data)
-                await self._publisher.emit(cid, FrameType.AGENT_WAITING, {
-                    "message_id": turn.message_id, "reason": data.reason, "wait_s": data.wait_s, "limit": data.limit,
+                await self._publisher.emit(cid, AgentWaiting(
+                    turn.message_id, data.reason, data.wait_s, data.limit,
                     # From the event's time, so a frame read late still counts down to the right moment.
-                    "until": (envelope.ts + timedelta(seconds=data.wait_s)).isoformat(),
-                })
+                    (envelope.ts + timedelta(seconds=data.wait_s)).isoformat(),
+                ))
             case _:
                 self._unmapped_event(envelope.type)
 
@@ -296,10 +298,9 @@ class AgentEventProcessor:
         preview = _preview(data.result) if data.ok else None
         entry.update(status="ok" if data.ok else "error", duration_ms=round(data.duration_ms, 2),
                      error=data.error, result_preview=preview)
-        frame = {"message_id": turn.message_id, "call_id": data.call_id, "tool": entry.get("tool"),
-                 "ok": data.ok, "duration_ms": data.duration_ms, "error": data.error, "result_preview": preview}
-        await self._publisher.emit(turn.conversation.id, FrameType.AGENT_TOOL_END, frame, boundary=True,
-                                   progress=turn.progress(state.last_seq or 0))
+        frame = AgentToolEnd(turn.message_id, data.call_id, entry.get("tool"), data.ok, data.duration_ms, data.error,
+                             preview)
+        await self._publisher.emit(turn.conversation.id, frame, boundary=True, progress=turn.progress(state.last_seq or 0))
         await turn.recorded()
         metadata = state.metadata()
 
@@ -375,17 +376,14 @@ class AgentEventProcessor:
             return self._question(state, question)
         if isinstance(ending, Completed):
             usage = complete.usage.model_dump() if complete is not None else {}
-            frame = {"message_id": turn.message_id, "agent_session_id": turn.agent_session_id, "usage": usage}
             return Extras(state.metadata(usage=usage), self._session_ends(state, AgentSessionStatus.COMPLETED,
                                                                           touch=True),
-                          ((FrameType.AGENT_COMPLETE, frame),))
+                          (AgentComplete(turn.message_id, turn.agent_session_id, usage),))
         if isinstance(ending, Stopped):
             return Extras(state.metadata(stopped=True), self._session_ends(state, AgentSessionStatus.COMPLETED))
         reason = ending.reason
-        frame = {"message_id": turn.message_id, "code": reason.code, "message": reason.text,
-                 "retryable": reason.retryable}
         return Extras(state.metadata(error={"code": reason.code}), self._session_ends(state, AgentSessionStatus.FAILED),
-                      ((FrameType.AGENT_ERROR, frame),))
+                      (AgentError(turn.message_id, reason.code, reason.text, reason.retryable),))
 
     def _session_ends(self, state: _TurnState, status: AgentSessionStatus, *, touch: bool = False):
         """The writes that end the conversation's agent session as ``status`` (an answer keeps it
@@ -433,8 +431,7 @@ class AgentEventProcessor:
                 turn.conversation.id, AgentSessionStatus.AWAITING_USER.value
             )
 
-        return Extras(state.metadata(ask_user=ask), write,
-                      ((FrameType.AGENT_ASK_USER, {"message_id": turn.message_id, **ask}),))
+        return Extras(state.metadata(ask_user=ask), write, (AgentAskUser(turn.message_id, **ask),))
 
 
 # At most this many queued chunks become one delta frame (bounds a frame's size and the wait of

@@ -52,7 +52,7 @@ from conversation_service.history.schemas import HistoryRecord
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import message_frame_data
 from conversation_service.metrics import AgentMetrics
-from conversation_service.realtime.frames import FrameType, TurnProgress
+from conversation_service.realtime.frames import MessageCreated, Notice, TurnProgress
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.replies.endings import Failed
 from conversation_service.replies.policy import Action, action_for, failure_reason, says_agent_unhealthy
@@ -208,8 +208,7 @@ class AgentDelegation:
 
     async def _claim_conflict(self, conversation: Conversation, attempt: TurnAttempt) -> str:
         """Another replica's claim of the conversation's session is not visible yet: the user resends."""
-        await self._publisher.emit(conversation.id, FrameType.NOTICE,
-                                   {"code": "agent_session_conflict", "text": CLAIM_CONFLICT_TEXT}, boundary=True)
+        await self._publisher.emit(conversation.id, Notice("agent_session_conflict", CLAIM_CONFLICT_TEXT), boundary=True)
         self._metrics.turns["failed"].inc()
         attempt.ended = True
         return "failed"
@@ -297,7 +296,7 @@ class AgentDelegation:
             agent_metadata={"path": "agent", "in_reply_to": user_message.id, **metadata},
         )
         created = await self._publisher.emit(
-            conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message),
+            conversation.id, MessageCreated(message_frame_data(message)),
             progress=TurnProgress(user_message.id, message.id, agent_session_id, before_first),
         )
         record = DeferredWrite(

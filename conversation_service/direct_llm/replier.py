@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from conversation_service.db.models import Conversation, Message, MessageRole, MessageStatus
 from conversation_service.messages.repository import MessageRepository
-from conversation_service.messages.schemas import MessageOut
+from conversation_service.messages.schemas import message_frame_data
 from conversation_service.metrics import DirectReplyMetrics
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import AgentWaiting, MessageCreated, MessageDelta, Notice
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.replies.ender import Reply, ReplyEnder
 from conversation_service.replies.endings import (
@@ -101,7 +101,7 @@ class DirectLLMReplier:
         token = conversation_id_var.set(conversation_id)
         try:
             if notice is not None:
-                await self._publisher.emit(conversation_id, FrameType.NOTICE, {"code": notice[0], "text": notice[1]})
+                await self._publisher.emit(conversation_id, Notice(*notice))
             prompt = await self.build_prompt(conversation_id)
             metadata = {"path": "direct_llm", "in_reply_to": user_message.id, **(agent_metadata or {})}
             async def open_reply(session: AsyncSession) -> Message:
@@ -114,9 +114,7 @@ class DirectLLMReplier:
                 return created
 
             message = await self._tx.run(open_reply)
-            created = await self._publisher.emit(
-                conversation_id, FrameType.MESSAGE_CREATED, MessageOut.model_validate(message).model_dump(mode="json")
-            )
+            created = await self._publisher.emit(conversation_id, MessageCreated(message_frame_data(message)))
             reply = Reply(conversation_id, message.id, user_message.id, "direct_llm", since_seq=created.seq)
             parts: list[str] = []  # the text streamed so far: what a stop keeps
             with self._stops.watch(user_message.id) as watch:
@@ -157,9 +155,7 @@ class DirectLLMReplier:
                         self._metrics.first_chunk_seconds.observe(time.perf_counter() - started)
                         first = False
                     parts.append(event.text)
-                    await self._publisher.emit(
-                        reply.conversation_id, FrameType.MESSAGE_DELTA, {"message_id": message.id, "text": event.text}
-                    )
+                    await self._publisher.emit(reply.conversation_id, MessageDelta(message.id, event.text))
                 elif isinstance(event, LLMDone):
                     break
         except Exception as exc:  # the provider or the network failed: the user must see it
@@ -199,10 +195,8 @@ class DirectLLMReplier:
 
         async def on_wait(wait: Wait) -> None:
             until = utcnow() + timedelta(seconds=wait.wait_s)
-            await self._publisher.emit(conversation.id, FrameType.AGENT_WAITING, {
-                "message_id": message.id, "reason": wait.reason, "wait_s": wait.wait_s,
-                "limit": wait.dimension.value, "until": until.isoformat(),
-            })
+            await self._publisher.emit(conversation.id, AgentWaiting(
+                message.id, wait.reason, wait.wait_s, wait.dimension.value, until.isoformat()))
 
         async def input_tokens() -> int:
             return await asyncio.to_thread(count_messages_tokens, [(m.role, m.content) for m in prompt])

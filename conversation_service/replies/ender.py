@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import message_frame_data
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import FrameData, MessageCompleted, MessageCreated, MessageError
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.replies.endings import (
     REPLY_NOT_SAVED,
@@ -68,7 +68,7 @@ class Extras:
 
     metadata: dict[str, Any] | None = None  # the message's agent metadata (None: as it is)
     also: Callable[[AsyncSession], Awaitable[None]] | None = None  # more writes, in the same transaction
-    frames: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # shown after the end frame
+    frames: tuple[FrameData, ...] = field(default=())  # shown after the end frame
 
 
 class ReplyEnder:
@@ -122,27 +122,22 @@ class ReplyEnder:
 
     async def _show(self, reply: Reply, ending: Ending, more: Extras, *, announce) -> None:
         cid = reply.conversation_id
-        frames: list[tuple[str, dict[str, Any]]] = []
+        frames: list[FrameData] = []
         if announce is not None:
-            frames.append((FrameType.MESSAGE_CREATED, message_frame_data(announce)))
+            frames.append(MessageCreated(message_frame_data(announce)))
         frames.append(end_frame(reply.message_id, ending))
         frames.extend(more.frames)
         last = None
-        for i, (type_, data) in enumerate(frames):
-            last = await self._publisher.emit(cid, type_, data, boundary=i == len(frames) - 1)
+        for i, data in enumerate(frames):
+            last = await self._publisher.emit(cid, data, boundary=i == len(frames) - 1)
         assert last is not None
         if not await self._publisher.durable(cid, last.seq):
             raise TurnLeftRunning(f"the end of reply {reply.message_id} could not be saved")
 
 
-def end_frame(message_id: str, ending: Ending) -> tuple[str, dict[str, Any]]:
+def end_frame(message_id: str, ending: Ending) -> MessageCompleted | MessageError:
     """The frame that ends a message on every client: ``message.completed`` or ``message.error``."""
     if isinstance(ending, (Completed, Stopped)):
-        return FrameType.MESSAGE_COMPLETED, {
-            "message_id": message_id, "content": ending.content, "status": status_of(ending).value,
-        }
+        return MessageCompleted(message_id, ending.content, status_of(ending).value)
     reason = ending.reason
-    return FrameType.MESSAGE_ERROR, {
-        "message_id": message_id, "code": reason.code, "text": reason.text, "content": ending.content,
-        "retryable": reason.retryable,
-    }
+    return MessageError(message_id, reason.code, reason.text, ending.content, reason.retryable)

@@ -37,7 +37,7 @@ from conversation_service.db.models import (
 )
 from conversation_service.db.repository import unit_of_work
 from conversation_service.metrics import ConversationMetrics, agent_events_in_hand
-from conversation_service.realtime.frames import Frame, FrameType
+from conversation_service.realtime.frames import Frame, FrameType, MessageCreated
 from conversation_service.realtime.hub import InProcessHub
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.realtime.repository import FrameRepository
@@ -179,7 +179,7 @@ async def _make_bed(database_url: str, *, flush_interval: float,
     hub.subscribe(ids[0], log)
     # What the delegation does before handing the stream over: the assistant message is announced
     # (this also loads the seq floor, so the processor's own frames start from a warm allocator).
-    await publisher.emit(ids[0], FrameType.MESSAGE_CREATED, {"id": ids[2], "role": "assistant"})
+    await publisher.emit(ids[0], MessageCreated({"id": ids[2], "role": "assistant"}))
     try:
         yield Bed(engine, sessionmaker, writer, hub, seq, publisher, metrics, log, *ids, conversation, agent_session_id)
     finally:
