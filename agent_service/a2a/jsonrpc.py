@@ -38,6 +38,7 @@ from agent_service.a2a.schemas import (
 from agent_service.a2a.transport import (
     A2AParts,
     authenticate,
+    check_content_type,
     check_version,
     last_event_id,
     parts,
@@ -127,6 +128,7 @@ async def jsonrpc(request: Request) -> Response:
     a2a = parts(request)
     try:
         authenticate(request, a2a.settings)
+        check_content_type(request)
         request_id, method, params = _envelope(await request.body())
         check_version(request)
         if method in ("SendStreamingMessage", "SubscribeToTask"):

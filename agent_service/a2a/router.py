@@ -34,6 +34,7 @@ from agent_service.a2a.schemas import (
 )
 from agent_service.a2a.transport import (
     authenticate,
+    check_content_type,
     check_version,
     last_event_id,
     parts,
@@ -81,6 +82,7 @@ def _rest(operation: Operation) -> Operation:
 
 
 async def _body(request: Request, model: type[BaseModel], **extra: Any) -> Any:
+    check_content_type(request)
     try:
         body = orjson.loads(await request.body() or b"{}")
     except orjson.JSONDecodeError:

@@ -16,7 +16,12 @@ from fastapi import Request
 from pydantic import ValidationError
 
 from agent_service.a2a.card import API_KEY_HEADER, PROTOCOL_VERSION
-from agent_service.a2a.errors import InvalidParams, Unauthenticated, VersionNotSupported
+from agent_service.a2a.errors import (
+    ContentTypeNotSupported,
+    InvalidParams,
+    Unauthenticated,
+    VersionNotSupported,
+)
 from agent_service.a2a.service import A2AService
 from agent_service.a2a.streams import TaskStreams
 from agent_service.auth import key_is_valid
@@ -55,6 +60,16 @@ def check_version(request: Request) -> None:
             f"A2A version {spoken} is not supported; this agent speaks A2A {PROTOCOL_VERSION} "
             f"(send {VERSION_HEADER}: {PROTOCOL_VERSION})", supportedVersions=PROTOCOL_VERSION,
         )
+
+
+def check_content_type(request: Request) -> None:
+    """A body is JSON: ``application/json`` or ``application/a2a+json`` (spec 14.1)."""
+    content_type = request.headers.get("Content-Type")
+    if content_type is None:
+        return
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise ContentTypeNotSupported(f"the body is JSON (application/json), not {media or 'empty'}")
 
 
 def _major_minor(version: str) -> str:
