@@ -13,7 +13,15 @@ import pytest
 
 from agent_service.app import create_app
 from agent_service.settings import AgentServiceSettings
-from shared.llm.base import DEFAULT_OPTIONS, CompletionOptions, LLMDone, LLMEvent, LLMMessage, TextDelta, ToolSpec
+from shared.llm.base import (
+    DEFAULT_OPTIONS,
+    CompletionOptions,
+    LLMDone,
+    LLMEvent,
+    LLMMessage,
+    TextDelta,
+    ToolSpec,
+)
 from shared.llm.builtin import BuiltinProvider
 from tests.support.servers import serve_app
 
@@ -67,9 +75,10 @@ class A2AClient:
 
     async def stream(
         self, path_or_method: str, params: dict[str, Any], *, headers: dict[str, str] | None = None,
-        stop_after: int | None = None,
+        stop_after: int | None = None, started: asyncio.Event | None = None,
     ) -> list[tuple[int | None, dict[str, Any]]]:
-        """An SSE stream's (id, StreamResponse) pairs, until it ends or after ``stop_after`` of them."""
+        """An SSE stream's (id, StreamResponse) pairs, until it ends or after ``stop_after`` of them;
+        ``started`` is set once the first one is read."""
         if self.rest:
             request = self.http.build_request("POST", f"/a2a/v1{path_or_method}", json=params, headers=headers)
         else:
@@ -85,6 +94,8 @@ class A2AClient:
             assert response.headers["content-type"].startswith("text/event-stream")
             async for seq, data in _sse(response):
                 events.append((seq, data if self.rest else data["result"]))
+                if started is not None:
+                    started.set()
                 if stop_after is not None and len(events) >= stop_after:
                     break
         finally:
