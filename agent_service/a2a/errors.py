@@ -18,6 +18,8 @@ from agent_service.errors import (
     MessageTooLarge,
     ProfileNotFound,
     QuestionExpired,
+    QuestionPending,
+    RunInProgress,
     SessionNotFound,
 )
 
@@ -136,9 +138,14 @@ def from_service_error(exc: AgentServiceError) -> A2AError:
         return InvalidParams(detail)
     if isinstance(exc, QuestionExpired):
         return UnsupportedOperation(detail)
+    # One task at a time per context (its session's runs are sequential).
+    if isinstance(exc, QuestionPending):
+        return UnsupportedOperation(
+            "the context's task waits for input: answer it with a message carrying its taskId, or cancel it"
+        )
+    if isinstance(exc, RunInProgress):
+        return UnsupportedOperation("the context's task is working: wait for it to end, or cancel it")
     if exc.status_code == 409:
-        # One task at a time per context: another message waits for the running task, or answers
-        # the task that waits for input.
         return UnsupportedOperation(detail)
     if exc.status_code < 500:
         return InvalidParams(detail)
