@@ -127,6 +127,14 @@ class Unauthenticated(A2AError):
     jsonrpc_code, http_status, reason, domain = -32000, 401, "UNAUTHENTICATED", "agent-service.taskforce"
 
 
+def no_push_notifications() -> A2AError:
+    return PushNotificationNotSupported("this agent sends no push notifications; stream or poll the task")
+
+
+def no_extended_card() -> A2AError:
+    return UnsupportedOperation("this agent has no extended Agent Card")
+
+
 def from_service_error(exc: AgentServiceError) -> A2AError:
     """The A2A error for an error of the Agent Service's own vocabulary."""
     detail = exc.detail if isinstance(exc.detail, str) else _message_of(exc.detail) or exc.error

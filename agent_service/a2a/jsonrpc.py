@@ -14,19 +14,18 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
 
+from agent_service.a2a import transport
 from agent_service.a2a.card import JSONRPC_PATH
 from agent_service.a2a.errors import (
     A2AError,
     InternalError,
-    InvalidParams,
     InvalidRequest,
     MethodNotFound,
     ParseError,
-    PushNotificationNotSupported,
     Unauthenticated,
-    UnsupportedOperation,
+    no_extended_card,
+    no_push_notifications,
 )
 from agent_service.a2a.schemas import (
     CancelTaskRequest,
@@ -35,16 +34,7 @@ from agent_service.a2a.schemas import (
     SendMessageRequest,
     SubscribeToTaskRequest,
 )
-from agent_service.a2a.transport import (
-    A2AParts,
-    authenticate,
-    check_content_type,
-    check_version,
-    last_event_id,
-    parts,
-    sse_event,
-    validation_message,
-)
+from agent_service.a2a.transport import A2AParts
 from agent_service.runs.streaming import EventStreamResponse
 
 log = logging.getLogger(__name__)
@@ -67,15 +57,6 @@ def _answer(request_id: RequestId, *, result: Any = None, error: A2AError | None
     return JSONResponse(body, status_code=status)
 
 
-def _params(model: type[BaseModel], params: Any) -> Any:
-    if not isinstance(params, dict):
-        raise InvalidParams("params is an object")
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        raise InvalidParams(validation_message(exc)) from None
-
-
 def _envelope(body: bytes) -> tuple[RequestId, str, Any]:
     """The id, method and params of a JSON-RPC request, or the error that it is not one."""
     try:
@@ -95,29 +76,29 @@ def _envelope(body: bytes) -> tuple[RequestId, str, Any]:
 async def _unary(a2a: A2AParts, method: str, params: Any) -> Any:
     service = a2a.service
     if method == "SendMessage":
-        return await service.send(_params(SendMessageRequest, params))
+        return await service.send(transport.validated(SendMessageRequest, params))
     if method == "GetTask":
-        return await service.get(_params(GetTaskRequest, params))
+        return await service.get(transport.validated(GetTaskRequest, params))
     if method == "ListTasks":
-        return await service.list(_params(ListTasksRequest, params))
+        return await service.list(transport.validated(ListTasksRequest, params))
     if method == "CancelTask":
-        return await service.cancel(_params(CancelTaskRequest, params))
+        return await service.cancel(transport.validated(CancelTaskRequest, params))
     if method in _PUSH_METHODS:
-        raise PushNotificationNotSupported("this agent sends no push notifications; stream or poll the task")
+        raise no_push_notifications()
     if method == "GetExtendedAgentCard":
-        raise UnsupportedOperation("this agent has no extended Agent Card")
+        raise no_extended_card()
     raise MethodNotFound(f"no method {method!r}")
 
 
 async def _stream(request: Request, a2a: A2AParts, request_id: RequestId, method: str, params: Any) -> Response:
     def frame(response: dict[str, Any], seq: int | None) -> bytes:
-        return sse_event({"jsonrpc": "2.0", "id": request_id, "result": response}, seq)
+        return transport.sse_event({"jsonrpc": "2.0", "id": request_id, "result": response}, seq)
 
     serve: Callable[..., Awaitable[None]]
     if method == "SendStreamingMessage":
-        serve = await a2a.streams.send(_params(SendMessageRequest, params), frame)
+        serve = await a2a.streams.send(transport.validated(SendMessageRequest, params), frame)
     else:
-        serve = await a2a.streams.subscribe(_params(SubscribeToTaskRequest, params), frame, last_event_id(request))
+        serve = await a2a.streams.subscribe(transport.validated(SubscribeToTaskRequest, params), frame, transport.last_event_id(request))
     return EventStreamResponse(serve, headers={})
 
 
@@ -125,12 +106,12 @@ async def _stream(request: Request, a2a: A2AParts, request_id: RequestId, method
 @router.post(JSONRPC_PATH + "/")
 async def jsonrpc(request: Request) -> Response:
     request_id: RequestId = None
-    a2a = parts(request)
+    a2a = transport.parts(request)
     try:
-        authenticate(request, a2a.settings)
-        check_content_type(request)
+        transport.authenticate(request, a2a.settings)
+        transport.check_content_type(request)
         request_id, method, params = _envelope(await request.body())
-        check_version(request)
+        transport.check_version(request)
         if method in ("SendStreamingMessage", "SubscribeToTask"):
             return await _stream(request, a2a, request_id, method, params)
         return _answer(request_id, result=await _unary(a2a, method, params))

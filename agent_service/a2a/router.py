@@ -15,15 +15,15 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from agent_service.a2a.card import CARD_MAX_AGE_S, REST_PATH, build_card, card_etag
 from agent_service.a2a.errors import (
     A2AError,
     InternalError,
     InvalidParams,
-    PushNotificationNotSupported,
-    UnsupportedOperation,
+    no_extended_card,
+    no_push_notifications,
 )
 from agent_service.a2a.schemas import (
     CancelTaskRequest,
@@ -39,7 +39,7 @@ from agent_service.a2a.transport import (
     last_event_id,
     parts,
     sse_event,
-    validation_message,
+    validated,
 )
 from agent_service.runs.streaming import EventStreamResponse
 
@@ -89,14 +89,7 @@ async def _body(request: Request, model: type[BaseModel], **extra: Any) -> Any:
         raise InvalidParams("the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise InvalidParams("the body is a JSON object")
-    return _validated(model, body | extra)
-
-
-def _validated(model: type[BaseModel], values: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate(values)
-    except ValidationError as exc:
-        raise InvalidParams(validation_message(exc)) from None
+    return validated(model, body | extra)
 
 
 def _frame(response: dict[str, Any], seq: int | None) -> bytes:
@@ -117,13 +110,13 @@ async def stream_message(request: Request) -> Response:
 @_rest
 async def get_task(request: Request) -> Response:
     query = dict(request.query_params) | {"id": request.path_params["id"]}
-    return JSONResponse(await parts(request).service.get(_validated(GetTaskRequest, query)))
+    return JSONResponse(await parts(request).service.get(validated(GetTaskRequest, query)))
 
 
 @_rest
 async def list_tasks(request: Request) -> Response:
     query = {key: value for key, value in request.query_params.items() if key != "A2A-Version"}
-    return JSONResponse(await parts(request).service.list(_validated(ListTasksRequest, query)))
+    return JSONResponse(await parts(request).service.list(validated(ListTasksRequest, query)))
 
 
 @_rest
@@ -134,19 +127,19 @@ async def cancel_task(request: Request) -> Response:
 
 @_rest
 async def subscribe(request: Request) -> Response:
-    subscription = _validated(SubscribeToTaskRequest, {"id": request.path_params["id"]})
+    subscription = validated(SubscribeToTaskRequest, {"id": request.path_params["id"]})
     serve = await parts(request).streams.subscribe(subscription, _frame, last_event_id(request))
     return EventStreamResponse(serve, headers={})
 
 
 @_rest
 async def push_configs(request: Request) -> Response:
-    raise PushNotificationNotSupported("this agent sends no push notifications; stream or poll the task")
+    raise no_push_notifications()
 
 
 @_rest
 async def extended_card(request: Request) -> Response:
-    raise UnsupportedOperation("this agent has no extended Agent Card")
+    raise no_extended_card()
 
 
 for path, methods, endpoint in (

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 from fastapi import Request
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agent_service.a2a.card import API_KEY_HEADER, PROTOCOL_VERSION
 from agent_service.a2a.errors import (
@@ -86,13 +86,19 @@ def last_event_id(request: Request) -> int | None:
     return int(raw)
 
 
-def validation_message(exc: ValidationError) -> str:
-    """Which fields are wrong and why, without echoing what was sent (it may be a message body)."""
-    problems = []
-    for error in exc.errors()[:5]:
-        where = ".".join(str(part) for part in error.get("loc", ())) or "request"
-        problems.append(f"{where}: {error.get('msg', 'invalid')}")
-    return "invalid parameters: " + "; ".join(problems)
+def validated(model: type[BaseModel], values: Any) -> Any:
+    """``values`` as a request of ``model``, or InvalidParams saying which fields are wrong and why
+    (without echoing what was sent: it may be a message body)."""
+    if not isinstance(values, dict):
+        raise InvalidParams("the parameters are a JSON object")
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(part) for part in error.get('loc', ())) or 'request'}: {error.get('msg', 'invalid')}"
+            for error in exc.errors()[:5]
+        ]
+        raise InvalidParams("invalid parameters: " + "; ".join(problems)) from None
 
 
 def sse_event(data: Any, seq: int | None) -> bytes:

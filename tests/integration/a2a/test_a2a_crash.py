@@ -13,23 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos.test_agent_sigkill import AGENT_ENV
 from tests.integration.a2a.conftest import API_KEY, A2AClient
 from tests.integration.a2a.test_a2a_server import _log
 from tests.support.servers import ServiceProcess, free_port
 
-ENV = {
-    "AGENT_SERVICE_API_KEYS": API_KEY,
-    "AGENT_SERVICE_MIGRATE_ON_START": "true",
-    "AGENT_SERVICE_LEASE_SECONDS": "1.0",
-    "AGENT_SERVICE_LEASE_RENEW_SECONDS": "0.25",
-    "AGENT_SERVICE_REPLAY_POLL_SECONDS": "0.05",
-    "AGENT_SERVICE_GROUP_COMMIT_MS": "100",
-    "AGENT_SERVICE_SEQ_RESERVE_BLOCK": "16",
-    "AGENT_SERVICE_MEMORY_ENABLED": "false",
-    "LLM_PROVIDER": "builtin",
-    "LLM_BUILTIN_FIRST_TOKEN_MS": "0",
-    "LLM_BUILTIN_CHUNK_DELAY_MS": "40",
-}
+# The chaos test's Agent Service: 40 ms per chunk, 1 s leases, small seq reservations.
+ENV = {**AGENT_ENV, "AGENT_SERVICE_API_KEYS": API_KEY, "AGENT_SERVICE_MEMORY_ENABLED": "false"}
 
 
 def _seq(update: dict) -> int:
