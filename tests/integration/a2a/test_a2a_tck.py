@@ -23,7 +23,6 @@ from agent_service.app import create_app
 from agent_service.settings import AgentServiceSettings
 from tests.support.a2a_scripted_model import ScriptedModel
 from tests.support.a2a_tck import locate_tck, tck_python, working_copy
-from tests.support.databases import services_required
 from tests.support.servers import REPO_ROOT, serve_app
 
 PROFILES = REPO_ROOT / "tests" / "support" / "a2a_tck_profiles.yaml"
@@ -60,8 +59,8 @@ def tck() -> Path:
     found = locate_tck()
     if found is None:
         message = "the A2A TCK was not found (A2A_TCK_DIR, ../shared/a2a-tck, or beside the origin remote)"
-        if services_required():
-            pytest.fail(message)
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)  # on CI the kit is part of the test bed
         pytest.skip(message)
     return found
 
