@@ -102,6 +102,17 @@ class AgentServiceSettings(BaseSettings):
     memory_degraded_window_seconds: Annotated[float, Field(gt=0)] = 15.0
     memory_fail_max: Annotated[int, Field(ge=1)] = 5
     memory_reset_timeout_seconds: Annotated[float, Field(gt=0)] = 60.0
+    # A2A (agent_service.a2a): the profile a message runs with unless its metadata names another
+    # skill, and the user its runs act for unless the request's metadata names one.
+    a2a_profile: Annotated[str, Field(min_length=1, max_length=128)] = "default"
+    a2a_user_id: Annotated[str, Field(min_length=1, max_length=128)] = "a2a"
+    # The base URL the Agent Card gives for the A2A interfaces (behind a proxy, its public URL);
+    # unset: the URL the card was fetched from.
+    a2a_public_url: str | None = None
+    # FOR CONFORMANCE TESTS ONLY, off by default: A2A requests need no API key, and the card says
+    # so. The A2A conformance kit (TCK) cannot send one. Never set in production: anyone who can
+    # reach the port could then run the agent.
+    a2a_allow_anonymous: bool = False
     log_level: str = "INFO"
     llm: LLMSettings = Field(default_factory=LLMSettings)
     # Limits on model calls per organisation and model (AGENT_SERVICE_RATE_LIMIT_*).
