@@ -1,0 +1,45 @@
+"""A model that calls the tools it is given, then answers: for tests of what tools make (artifacts,
+direct replies) through the whole service, whatever the user wrote."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from shared.llm.base import (
+    DEFAULT_OPTIONS,
+    CompletionOptions,
+    LLMDone,
+    LLMEvent,
+    LLMMessage,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+)
+
+
+class ToolCallingModel:
+    """The first turn of each run calls ``calls`` (``(tool, arguments)`` pairs, in order); the turn
+    after their results streams ``answer`` (none: the run ends without answer text)."""
+
+    name = "tool-calling"
+
+    def __init__(self, calls: Sequence[tuple[str, dict[str, Any]]], answer: Sequence[str] = ()) -> None:
+        self.calls = list(calls)
+        self.answer = list(answer)
+
+    async def aclose(self) -> None:
+        return None
+
+    async def stream(
+        self, messages: Sequence[LLMMessage], *, tools: Sequence[ToolSpec] = (),
+        options: CompletionOptions = DEFAULT_OPTIONS,
+    ) -> AsyncIterator[LLMEvent]:
+        if messages[-1].role != "tool":
+            for index, (tool, arguments) in enumerate(self.calls):
+                yield ToolCall(id=f"call-{len(messages)}-{index}", name=tool, arguments=arguments)
+            yield LLMDone(prompt_tokens=len(messages), completion_tokens=1, finish_reason="tool_calls")
+            return
+        for chunk in self.answer:
+            yield TextDelta(chunk)
+        yield LLMDone(prompt_tokens=len(messages), completion_tokens=len(self.answer) or 1, finish_reason="stop")
