@@ -35,6 +35,16 @@ class ToolError(Exception):
     """A failure the model is told about (bad arguments, nothing found, limit exceeded)."""
 
 
+def required_text(args: dict[str, Any], key: str, max_chars: int) -> str:
+    """The string argument ``key``, not blank and at most ``max_chars`` long, stripped."""
+    value = args.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ToolError(f"'{key}' (a non-empty string) is required")
+    if len(value) > max_chars:
+        raise ToolError(f"'{key}' is too long (at most {max_chars} characters)")
+    return value.strip()
+
+
 class Tool(ABC):
     name: ClassVar[str]
     description: ClassVar[str]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from agent_service.tools.base import Tool, ToolContext, ToolError
+from agent_service.tools.base import Tool, ToolContext, ToolError, required_text
 
 REPLY_TOOL_NAME = "reply"
 MAX_REPLY_CHARS = 16_000
@@ -22,12 +22,7 @@ NOT_RUN = "not run: the reply ended the turn"
 
 def validate_reply(args: dict[str, Any]) -> str:
     """The text of a ``reply`` call, checked; for the run engine before it ends the run."""
-    text = args.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise ToolError("'text' (the message for the user, not empty) is required")
-    if len(text) > MAX_REPLY_CHARS:
-        raise ToolError(f"the reply is too long (at most {MAX_REPLY_CHARS} characters); answer normally instead")
-    return text
+    return required_text(args, "text", MAX_REPLY_CHARS)
 
 
 class ReplyTool(Tool):

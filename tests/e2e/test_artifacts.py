@@ -12,7 +12,7 @@ from playwright.async_api import Page, expect
 from conversation_service.realtime.frames import AgentArtifact
 from shared.protocol import ArtifactData
 from tests.e2e.support import assistant_after, chat_stack
-from tests.e2e.test_page_product import screenshot, send
+from tests.e2e.test_page_product import open_chat, screenshot, send
 
 pytestmark = pytest.mark.browser
 HOSTILE = '<img src=x onerror="document.title=1">'
@@ -22,9 +22,7 @@ async def test_a_file_the_agent_writes_downloads_from_its_message_and_survives_a
     page: Page, tmp_path: Path,
 ) -> None:
     async with chat_stack(tmp_path) as stack:
-        await stack.conversation("files")
-        await page.goto(stack.page_url())
-        await expect(page.locator("#connection")).to_have_text("Live")
+        await open_chat(page, stack, "files")
         await send(page, "/agent what is 17*23")
         first = assistant_after(page, "/agent what is 17*23")
         await expect(first).to_have_attribute("data-status", "complete")
@@ -51,9 +49,7 @@ async def test_a_file_the_agent_writes_downloads_from_its_message_and_survives_a
 
 async def test_links_and_data_show_as_text_and_only_http_links_are_links(page: Page, tmp_path: Path) -> None:
     async with chat_stack(tmp_path) as stack:
-        cid = await stack.conversation("links")
-        await page.goto(stack.page_url())
-        await expect(page.locator("#connection")).to_have_text("Live")
+        cid = await open_chat(page, stack, "links")
         await send(page, "/agent what is 2+2")
         reply = assistant_after(page, "/agent what is 2+2")
         await expect(reply).to_have_attribute("data-status", "complete")

@@ -17,8 +17,6 @@ from collections.abc import AsyncIterator, Sequence
 
 from agent_service.a2a.context import inbound_message_id
 from shared.llm.base import (
-    DEFAULT_OPTIONS,
-    CompletionOptions,
     LLMDone,
     LLMEvent,
     LLMMessage,
@@ -27,6 +25,7 @@ from shared.llm.base import (
     ToolCall,
     ToolSpec,
 )
+from tests.support.models import ScriptedModelBase
 
 QUESTION = "What should I do next?"
 DEFAULT_ANSWER = "Hello from TCK"
@@ -55,16 +54,10 @@ _SLOW_PREFIX = "test-resubscribe-message-id"
 _SLOW_SECONDS = 4.0
 
 
-class ScriptedModel:
-    name = "scripted"
+class ScriptedModel(ScriptedModelBase):
+    name = "tck-scenarios"
 
-    async def aclose(self) -> None:
-        return None
-
-    async def stream(
-        self, messages: Sequence[LLMMessage], *, tools: Sequence[ToolSpec] = (),
-        options: CompletionOptions = DEFAULT_OPTIONS,
-    ) -> AsyncIterator[LLMEvent]:
+    async def reply(self, messages: Sequence[LLMMessage], tools: Sequence[ToolSpec]) -> AsyncIterator[LLMEvent]:
         message_id = inbound_message_id.get() or ""
         # A reasoning step first: the task shows it is working before its answer streams.
         yield ReasoningDelta("Following the scenario of the message.")

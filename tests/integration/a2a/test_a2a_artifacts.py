@@ -13,7 +13,7 @@ import pytest
 
 from tests.integration.a2a.conftest import A2AClient
 from tests.integration.a2a.test_a2a_server import _log
-from tests.support.tool_model import ToolCallingModel
+from tests.support.models import ToolCallingModel
 
 CALLS = [
     ("create_file", {"name": "output.txt", "content": "tck ✓", "description": "the notes"}),

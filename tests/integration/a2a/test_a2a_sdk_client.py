@@ -23,7 +23,7 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf import json_format
 
 from tests.integration.a2a.conftest import API_KEY
-from tests.support.tool_model import ToolCallingModel
+from tests.support.models import ToolCallingModel
 
 
 def _message(text: str, message_id: str, **ids: str) -> SendMessageRequest:

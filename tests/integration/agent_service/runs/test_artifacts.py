@@ -8,7 +8,7 @@ import base64
 
 from shared.protocol import ArtifactData, EventType
 from tests.integration.agent_service.conftest import assert_contiguous
-from tests.support.tool_model import ToolCallingModel
+from tests.support.models import ToolCallingModel
 
 PNG = bytes.fromhex("89504e470d0a1a0a") + bytes(range(64))
 CALLS = [
