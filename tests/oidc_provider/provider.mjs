@@ -70,11 +70,15 @@ const provider = new Provider(config.issuer, {
   claims: { openid: ['sub'], profile: ['name', 'preferred_username'], email: ['email'] },
   scopes: ['openid', 'offline_access', 'profile', 'email', 'chat', 'agent'],
   pkce: { required: () => true },
+  // Access tokens live as long as their resource server says (the chat's is configurable).
   ttl: {
-    AccessToken: 300, AuthorizationCode: 60, IdToken: 300, Interaction: 600, Grant: 3600,
-    Session: 3600, RefreshToken: 3600, ClientCredentials: (_ctx, token) => token.resourceServer?.accessTokenTTL || 300,
+    AccessToken: (_ctx, token) => token.resourceServer?.accessTokenTTL || 300,
+    ClientCredentials: (_ctx, token) => token.resourceServer?.accessTokenTTL || 300,
+    AuthorizationCode: 60, IdToken: 300, Interaction: 600, Grant: 3600, Session: 3600, RefreshToken: 3600,
   },
   issueRefreshToken: async (_ctx, client) => client.grantTypeAllowed('refresh_token'),
+  // Every refresh token is used once (as many providers do): a client must keep the new one.
+  rotateRefreshToken: () => true,
   async extraTokenClaims(_ctx, token) {
     const user = token.accountId ? users[token.accountId] : undefined;
     if (!user) return undefined;

@@ -84,6 +84,8 @@ class SigningKey:
     def private_jwk(self) -> dict[str, Any]:
         algorithm = RSAAlgorithm if self.alg.startswith("RS") else ECAlgorithm
         jwk = algorithm.to_jwk(self.private, as_dict=True)
+        # PyJWT marks a private key ["sign"] only; the provider also verifies with it (an id_token_hint).
+        jwk.pop("key_ops", None)
         return {**jwk, "kid": self.kid, "alg": self.alg, "use": "sig"}
 
 
