@@ -204,7 +204,7 @@ def _agent_service_auth(settings: ConversationSettings, auth: Authentication) ->
         auth.provider, auth.http, settings.agent_service_client_id,
         settings.agent_service_client_secret.get_secret_value(), timeout_s=settings.oidc.http_timeout_s,
     )
-    return ClientCredentialsAuth(endpoint, dict(parse_qsl(settings.agent_service_token_params)))
+    return ClientCredentialsAuth(endpoint, dict(parse_qsl(settings.agent_service_grant_params)))
 
 
 @asynccontextmanager

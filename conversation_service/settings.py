@@ -38,11 +38,11 @@ class ConversationSettings(BaseSettings):
     agent_service_url: str = "http://127.0.0.1:8001"
     agent_service_api_key: SecretStr = SecretStr("")
     # Instead of (or besides) the API key: an access token of AUTH_OIDC_ISSUER for the Agent Service
-    # (client credentials). AGENT_SERVICE_TOKEN_PARAMS, URL-encoded, says which audience to ask for
+    # (client credentials). AGENT_SERVICE_GRANT_PARAMS, URL-encoded, says which audience to ask for
     # the way the provider wants it (resource=..., audience=..., scope=api://.../.default).
     agent_service_client_id: str | None = Field(default=None, max_length=256)
     agent_service_client_secret: SecretStr = SecretStr("")
-    agent_service_token_params: str = Field(default="", max_length=2000)
+    agent_service_grant_params: str = Field(default="", max_length=2000)
 
     # X-Operator-Key of the operator routes (replaying dead letters); unset, they answer 404.
     operator_api_key: SecretStr = SecretStr("")

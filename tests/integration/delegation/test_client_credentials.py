@@ -66,7 +66,7 @@ async def test_the_chat_delegates_with_its_own_token_and_no_shared_key(tmp_path,
         settings = make_settings(
             f"sqlite+aiosqlite:///{tmp_path}/chat.db", agent_service_url=agent_url,
             agent_service_client_id=AGENT_CALLER.client_id, agent_service_client_secret=AGENT_CALLER.secret,
-            agent_service_token_params=f"resource={AGENT_RESOURCE}", oidc=oidc_settings(provider),
+            agent_service_grant_params=f"resource={AGENT_RESOURCE}", oidc=oidc_settings(provider),
             delegation=DelegationSettings(agent_retry_delays_s="0.01", agent_reconnect_delays_s="0.01"),
         )
         user = await provider.user_token("alice")
