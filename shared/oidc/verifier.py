@@ -125,15 +125,17 @@ class AccessTokenVerifier:
                 token, key, algorithms=[alg], audience=audience, issuer=self._settings.issuer,
                 leeway=self._settings.leeway_s, options={"require": ["exp", "iat", "iss", "aud"]},
             )
-        except jwt.ExpiredSignatureError:
-            raise InvalidToken("the token expired", "expired") from None
-        except jwt.ImmatureSignatureError:
-            raise InvalidToken("the token is not valid yet", "not_yet_valid") from None
-        except jwt.InvalidAudienceError:
-            raise InvalidToken("the token is for another audience", "audience") from None
-        except jwt.InvalidIssuerError:
-            raise InvalidToken("the token is from another issuer", "issuer") from None
-        except jwt.InvalidSignatureError:
-            raise InvalidToken("the token's signature does not verify", "signature") from None
-        except jwt.PyJWTError:
-            raise InvalidToken("invalid token", "invalid") from None
+        except jwt.PyJWTError as exc:
+            message, reason = next(
+                (found for kind, found in _DECODE_ERRORS if isinstance(exc, kind)), ("invalid token", "invalid"))
+            raise InvalidToken(message, reason) from None
+
+
+# PyJWT's errors as the answer names them (subclasses before their bases), and the metric's reason.
+_DECODE_ERRORS: tuple[tuple[type[jwt.PyJWTError], tuple[str, str]], ...] = (
+    (jwt.ExpiredSignatureError, ("the token expired", "expired")),
+    (jwt.ImmatureSignatureError, ("the token is not valid yet", "not_yet_valid")),
+    (jwt.InvalidAudienceError, ("the token is for another audience", "audience")),
+    (jwt.InvalidIssuerError, ("the token is from another issuer", "issuer")),
+    (jwt.InvalidSignatureError, ("the token's signature does not verify", "signature")),
+)

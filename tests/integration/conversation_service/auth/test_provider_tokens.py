@@ -23,16 +23,9 @@ from tests.support.oidc_provider import (
     RS_TESTER,
     OpenIDProvider,
     make_key,
-    running_provider,
 )
 
 LEEWAY_S = 5.0
-
-
-@pytest.fixture(scope="module")
-async def provider(tmp_path_factory):
-    async with running_provider(tmp_path_factory.mktemp("op")) as provider:
-        yield provider
 
 
 @pytest.fixture(scope="module")

@@ -13,15 +13,8 @@ import websockets
 
 from tests.integration.conversation_service.auth.support import chat_with_provider
 from tests.integration.conversation_service.support import recv_frame, ws_url
-from tests.support.oidc_provider import running_provider
 
 LIFETIME_S = 2
-
-
-@pytest.fixture(scope="module")
-async def provider(tmp_path_factory):
-    async with running_provider(tmp_path_factory.mktemp("op")) as provider:
-        yield provider
 
 
 @pytest.fixture(scope="module")
