@@ -29,32 +29,29 @@ from tests.chaos.chat_support import (
     shown_text,
     stored_messages,
 )
+from tests.chaos.conftest import ANSWER
 from tests.support.dependencies import TcpRelay
-from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 
-WORDS = 150
-WORD_DELAY_MS = 50
 CUT_S = 15.0
 
 
 @pytest.mark.timeout(120)
-async def test_a_reply_completes_across_a_15_s_partition_between_the_services(tmp_path: Path) -> None:
-    fake = FakeOpenAI(tokens=WORDS, token_delay_ms=WORD_DELAY_MS, ttft_ms=100)
-    async with running_fake_openai(fake) as (_, llm_url):
-        model = {"LLM_PROVIDER": "openai", "LLM_BASE_URL": llm_url, "LLM_MODEL": "fake-model"}
-        agent = agent_process(f"sqlite+aiosqlite:///{tmp_path / 'agent.db'}", tmp_path, **model)
-        await agent.start(tmp_path)
-        relay = TcpRelay(agent.port)
-        await relay.start()
-        chat = chat_process(f"sqlite+aiosqlite:///{tmp_path / 'chat.db'}", relay.url, **model)
-        await chat.start(tmp_path)
-        try:
-            figures = await _partition_mid_reply(relay, chat.url)
-        finally:
-            relay.restore()
-            await chat.stop()
-            await agent.stop()
-            await relay.close()
+async def test_a_reply_completes_across_a_15_s_partition_between_the_services(
+    tmp_path: Path, long_answers: dict[str, str],
+) -> None:
+    agent = agent_process(f"sqlite+aiosqlite:///{tmp_path / 'agent.db'}", tmp_path, **long_answers)
+    await agent.start(tmp_path)
+    relay = TcpRelay(agent.port)
+    await relay.start()
+    chat = chat_process(f"sqlite+aiosqlite:///{tmp_path / 'chat.db'}", relay.url, **long_answers)
+    await chat.start(tmp_path)
+    try:
+        figures = await _partition_mid_reply(relay, chat.url)
+    finally:
+        relay.restore()
+        await chat.stop()
+        await agent.stop()
+        await relay.close()
     record(tmp_path, "partition_between_services", figures)
 
 
@@ -74,7 +71,7 @@ async def _partition_mid_reply(relay: TcpRelay, chat_url: str) -> dict:
     ended_s = time.monotonic() - cut_at
     await client.close()
 
-    answer = " ".join(f"token{i}" for i in range(WORDS))
+    answer = ANSWER
     assert end["type"] == "message.completed", end
     assert end["data"]["content"] == answer
     assert shown_text(client.frames, reply) == answer

@@ -41,42 +41,26 @@ from tests.chaos.chat_support import (
     shown_text,
     stored_messages,
 )
+from tests.chaos.conftest import ANSWER
 from tests.support.dependencies import PrivatePostgres
-from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 
-WORDS = 150
-WORD_DELAY_MS = 50
 OUTAGE_S = 5.0
-
-
-@pytest.fixture
-async def postgres():
-    server = PrivatePostgres()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.close()
 
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("fault", ["restart", "stop_5s"])
-async def test_an_agent_reply_survives_a_database_outage_whole(tmp_path: Path, postgres: PrivatePostgres,
-                                                               fault: str) -> None:
-    agent_db = await postgres.create_database("agent")
-    chat_db = await postgres.create_database("chat")
-    fake = FakeOpenAI(tokens=WORDS, token_delay_ms=WORD_DELAY_MS, ttft_ms=100)
-    async with running_fake_openai(fake) as (_, llm_url):
-        model = {"LLM_PROVIDER": "openai", "LLM_BASE_URL": llm_url, "LLM_MODEL": "fake-model"}
-        agent = agent_process(agent_db, tmp_path, **model)
-        await agent.start(tmp_path)
-        chat = chat_process(chat_db, agent.url, MIGRATE_ON_START="true", **model)
-        await chat.start(tmp_path)
-        try:
-            figures = await _reply_through(fault, postgres, agent.url, chat.url)
-        finally:
-            await chat.stop()
-            await agent.stop()
+async def test_an_agent_reply_survives_a_database_outage_whole(
+    tmp_path: Path, postgres: PrivatePostgres, long_answers: dict[str, str], fault: str,
+) -> None:
+    agent = agent_process(await postgres.create_database("agent"), tmp_path, **long_answers)
+    await agent.start(tmp_path)
+    chat = chat_process(await postgres.create_database("chat"), agent.url, MIGRATE_ON_START="true", **long_answers)
+    await chat.start(tmp_path)
+    try:
+        figures = await _reply_through(fault, postgres, agent.url, chat.url)
+    finally:
+        await chat.stop()
+        await agent.stop()
     record(tmp_path, f"postgres_outage_{fault}", figures)
 
 
@@ -105,7 +89,7 @@ async def _reply_through(fault: str, postgres: PrivatePostgres, agent_url: str, 
     await watcher.close()
     await leaver.close()
 
-    answer = " ".join(f"token{i}" for i in range(WORDS))
+    answer = ANSWER
     for name, client, end in (("watcher", watcher, ends[0]), ("leaver", leaver, ends[1])):
         assert end["type"] == "message.completed", (name, end)
         assert end["data"]["content"] == answer, name

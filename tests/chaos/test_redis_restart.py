@@ -31,12 +31,10 @@ from tests.chaos.chat_support import (
     shown_text,
     stored_messages,
 )
+from tests.chaos.conftest import ANSWER
 from tests.support.databases import fresh_database, postgres_available, services_required
 from tests.support.dependencies import PrivateRedis
-from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 
-WORDS = 150
-WORD_DELAY_MS = 50
 TRIES = 2
 
 
@@ -51,37 +49,24 @@ async def chat_database(tmp_path):
         yield url
 
 
-@pytest.fixture
-async def redis():
-    server = PrivateRedis()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.close()
-
-
 @pytest.mark.timeout(170)
 async def test_a_reply_completes_on_both_replicas_when_redis_restarts_empty(
-    tmp_path: Path, chat_database: str, redis: PrivateRedis,
+    tmp_path: Path, chat_database: str, redis: PrivateRedis, long_answers: dict[str, str],
 ) -> None:
-    fake = FakeOpenAI(tokens=WORDS, token_delay_ms=WORD_DELAY_MS, ttft_ms=100)
-    async with running_fake_openai(fake) as (_, llm_url):
-        model = {"LLM_PROVIDER": "openai", "LLM_BASE_URL": llm_url, "LLM_MODEL": "fake-model"}
-        agent = agent_process(f"sqlite+aiosqlite:///{tmp_path / 'agent.db'}", tmp_path, **model)
-        await agent.start(tmp_path)
-        shared = {"REDIS_URL": redis.url, "REDIS_CHANNEL_PREFIX": f"chaos:{uuid.uuid4().hex}", **model}
-        a, b = chat_process(chat_database, agent.url, **shared), chat_process(chat_database, agent.url, **shared)
-        await a.start(tmp_path)
-        await b.start(tmp_path)
-        figures = []
-        try:
-            for _ in range(TRIES):
-                figures.append(await _restart_mid_reply(redis, a.url, b.url))
-        finally:
-            await a.stop()
-            await b.stop()
-            await agent.stop()
+    agent = agent_process(f"sqlite+aiosqlite:///{tmp_path / 'agent.db'}", tmp_path, **long_answers)
+    await agent.start(tmp_path)
+    shared = {"REDIS_URL": redis.url, "REDIS_CHANNEL_PREFIX": f"chaos:{uuid.uuid4().hex}", **long_answers}
+    a, b = chat_process(chat_database, agent.url, **shared), chat_process(chat_database, agent.url, **shared)
+    await a.start(tmp_path)
+    await b.start(tmp_path)
+    figures = []
+    try:
+        for _ in range(TRIES):
+            figures.append(await _restart_mid_reply(redis, a.url, b.url))
+    finally:
+        await a.stop()
+        await b.stop()
+        await agent.stop()
     record(tmp_path, "redis_restart_two_replicas", {"tries": TRIES, "runs": figures})
 
 
@@ -99,7 +84,7 @@ async def _restart_mid_reply(redis: PrivateRedis, a: str, b: str) -> dict:
     await on_a.close()
     await on_b.close()
 
-    answer = " ".join(f"token{i}" for i in range(WORDS))
+    answer = ANSWER
     for name, client, end in (("A", on_a, ends[0]), ("B", on_b, ends[1])):
         assert end["type"] == "message.completed", (name, end)
         assert end["data"]["content"] == answer, name
