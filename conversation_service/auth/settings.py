@@ -71,3 +71,6 @@ class WebSessionSettings(BaseSettings):
     # How long a sign-in at the provider may take.
     login_timeout_s: int = Field(default=600, ge=30, le=3600)
     cleanup_interval_s: float = Field(default=600.0, gt=0, le=86_400)
+    # An open WebSocket of the page checks its session this often: one signed out (on any replica)
+    # is closed within this long.
+    socket_recheck_s: float = Field(default=60.0, gt=0, le=3600)

@@ -7,8 +7,8 @@ cookie (with the ``Origin`` allowlist the router checks first), or a first frame
 A credential expires; the socket does not outlive it (``SocketCredential.watch``):
 
 - a session cookie's socket is renewed by the session itself (its tokens are refreshed on the
-  server); when the session has ended (signed out, refused by the provider) the socket is closed
-  1008 ``session ended``;
+  server), and checks it every ``AUTH_SESSION_SOCKET_RECHECK_S``; when the session has ended (signed
+  out on any replica, refused by the provider) the socket is closed 1008 ``session ended``;
 - a token's socket is told ``{"type": "auth.expiring", "data": {"expires_at": ...}}`` shortly
   before, and may send ``{"type": "auth", "token": ...}`` again at any time (a token of the same
   user and organisation; answered ``auth.ok`` with the new expiry). Otherwise it is closed 1008
@@ -143,7 +143,12 @@ class SocketCredential:
                 await self._wait(None)
                 continue
             now = time.time()
-            if self._secret is None and not self._noticed:
+            if self._secret is not None and self._auth.sessions is not None:
+                recheck = self._auth.sessions.settings.socket_recheck_s
+                await self._wait(max(0.0, min(expires_at - now, recheck)))
+                await self._recheck_session()
+                continue
+            if not self._noticed:
                 if expires_at - EXPIRY_NOTICE_S > now:
                     await self._wait(expires_at - EXPIRY_NOTICE_S - now)
                     continue
@@ -152,11 +157,10 @@ class SocketCredential:
             if expires_at > now:
                 await self._wait(expires_at - now)
                 continue
-            await self._expired()
-
-    async def _expired(self) -> None:
-        if self._secret is None or self._auth.sessions is None:
             raise CloseRequest(WS_POLICY_VIOLATION, TOKEN_EXPIRED)
+
+    async def _recheck_session(self) -> None:
+        assert self._secret is not None and self._auth.sessions is not None
         try:
             user = await self._auth.sessions.user(self._secret)  # refreshed by the session when due
         except Unavailable:

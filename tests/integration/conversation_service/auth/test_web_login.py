@@ -145,7 +145,7 @@ async def test_a_refresh_the_provider_refuses_ends_the_session(tmp_path, databas
 
 
 async def test_logout_ends_the_session_here_and_at_the_provider(tmp_path, database_url) -> None:
-    async with signed_in_stack(tmp_path, database_url) as (browser, app):
+    async with signed_in_stack(tmp_path, database_url, session={"socket_recheck_s": 0.5}) as (browser, app):
         await browser.sign_in("alice")
         secret = browser.cookies[COOKIE].value
         csrf = (await browser.session())["csrf_token"]
@@ -153,9 +153,15 @@ async def test_logout_ends_the_session_here_and_at_the_provider(tmp_path, databa
                                                    headers={"X-CSRF-Token": csrf})).json()["id"]
         tokens = _tokens(await _row(app, secret), secret)
         old_cookie = browser.cookie_header()
+        open_tab = await websockets.connect(ws_url(browser.chat, conversation),
+                                            additional_headers={**old_cookie, "Origin": browser.chat})
         assert (await browser.chat_request("POST", "/auth/logout")).status_code == 403  # no CSRF token
         out = await browser.chat_request("POST", "/auth/logout", headers={"X-CSRF-Token": csrf})
         assert out.status_code == 200 and COOKIE not in browser.cookies
+        # A socket the session had open (another tab) is closed at its next check of the session.
+        with pytest.raises(websockets.ConnectionClosed):
+            await recv_frame(open_tab, timeout=5)
+        assert (open_tab.close_code, open_tab.close_reason) == (1008, "session ended")
         redirect = urlsplit(out.json()["redirect"])
         assert f"{redirect.scheme}://{redirect.netloc}" == browser.provider.issuer
         query = parse_qs(redirect.query)
