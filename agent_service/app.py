@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
+import httpx
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
@@ -59,6 +60,9 @@ from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
 from shared.logging import RequestIdMiddleware
+from shared.oidc.metrics import OIDCMetrics
+from shared.oidc.provider import IdentityProvider
+from shared.oidc.verifier import AccessTokenVerifier
 from shared.rate_limit import RateLimiter, build_limiter, default_model
 from shared.serving import Shutdown
 
@@ -178,6 +182,22 @@ async def build_runs(
     return event_log, manager, keeper
 
 
+async def build_token_verifier(
+    stack: AsyncExitStack, settings: AgentServiceSettings, metrics: AgentMetrics
+) -> AccessTokenVerifier | None:
+    """Access tokens of the identity provider, when one is configured. Its keys are fetched in the
+    background: a provider that is down does not hold the start-up."""
+    oidc = settings.auth_oidc
+    if not oidc.enabled:
+        return None
+    http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False, timeout=oidc.http_timeout_s))
+    oidc_metrics = OIDCMetrics(metrics.registry, "agent")
+    provider = IdentityProvider(oidc, http, on_fetch=oidc_metrics.fetched)
+    provider.start()
+    stack.push_async_callback(provider.aclose)
+    return AccessTokenVerifier(oidc, provider, on_reject=oidc_metrics.rejected)
+
+
 async def build_agent(
     stack: AsyncExitStack, app: FastAPI, settings: AgentServiceSettings, provider: LLMProvider | None,
     tools: ToolLookup | None,
@@ -197,7 +217,8 @@ async def build_agent(
         default_model=default_model(settings.llm, provider), memory=memory,
     )
     event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics)
-    if not settings.api_keys:
+    token_verifier = await build_token_verifier(stack, settings, metrics)
+    if not settings.api_keys and token_verifier is None:
         log.warning("AGENT_SERVICE_API_KEYS is empty: every authenticated request is refused")
     run_service = RunService(
         settings=settings, sessionmaker=sessionmaker, profiles=profiles, manager=manager, event_log=event_log,
@@ -211,7 +232,7 @@ async def build_agent(
     return AgentState(
         settings=settings, metrics=metrics, db_engine=db_engine, profiles=profiles,
         run_manager=manager, lease_keeper=keeper, run_service=run_service, session_service=session_service,
-        streamer=streamer, memory=memory,
+        streamer=streamer, memory=memory, token_verifier=token_verifier,
         a2a=build_a2a(
             settings, profiles, run_service, session_service, streamer, event_log, sessionmaker,
             stopping=app.state.shutdown.begun,

@@ -17,6 +17,7 @@ from agent_service.runs.service import RunService
 from agent_service.runs.streaming import EventStreamer
 from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings
+from shared.oidc.verifier import AccessTokenVerifier
 
 if TYPE_CHECKING:
     from agent_service.a2a.transport import A2AParts
@@ -35,6 +36,8 @@ class AgentState:
     streamer: EventStreamer
     # None when AGENT_SERVICE_MEMORY_ENABLED is off.
     memory: LongTermMemory | None = None
+    # Access tokens of the identity provider (AGENT_SERVICE_AUTH_OIDC_ISSUER); None: API keys only.
+    token_verifier: AccessTokenVerifier | None = None
     # The A2A server's parts (its routes reach them through ``agent_service.a2a.transport.parts``).
     a2a: A2AParts | None = None
 

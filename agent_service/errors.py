@@ -7,7 +7,7 @@ codes a run can end with (``error_code``), so HTTP and stream errors read alike.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,6 +22,7 @@ from shared.protocol import MAX_CONTENT_CHARS, ErrorBody, ErrorCode
 class AgentServiceError(Exception):
     status_code: int = 500
     error: str = "internal_error"
+    headers: ClassVar[dict[str, str] | None] = None
 
     def __init__(self, detail: Any = None) -> None:
         super().__init__(detail)
@@ -31,6 +32,16 @@ class AgentServiceError(Exception):
 class Unauthorized(AgentServiceError):
     status_code = 401
     error = "unauthorized"
+    # RFC 6750 3 (a bearer token is one of the accepted credentials, X-API-Key the other).
+    headers: ClassVar[dict[str, str] | None] = {"WWW-Authenticate": 'Bearer realm="agent_service"'}
+
+
+class IdentityProviderUnavailable(AgentServiceError):
+    """An access token could not be checked: the identity provider's keys cannot be read."""
+
+    status_code = 503
+    error = "identity_provider_unavailable"
+    headers: ClassVar[dict[str, str] | None] = {"Retry-After": "5"}
 
 
 class ProfileNotFound(AgentServiceError):
@@ -119,13 +130,14 @@ RUN_ERROR_RETRYABLE: dict[ErrorCode, bool] = {
 }
 
 
-def _render(status_code: int, error: str, detail: Any) -> JSONResponse:
-    return JSONResponse(ErrorBody(error=error, detail=detail).model_dump(mode="json"), status_code=status_code)
+def _render(status_code: int, error: str, detail: Any, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(ErrorBody(error=error, detail=detail).model_dump(mode="json"), status_code=status_code,
+                        headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     async def service_error(_: Request, exc: AgentServiceError) -> JSONResponse:
-        return _render(exc.status_code, exc.error, exc.detail)
+        return _render(exc.status_code, exc.error, exc.detail, exc.headers)
 
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         if over_content_cap(exc.errors()):

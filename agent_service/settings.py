@@ -17,11 +17,19 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from shared.db import is_sqlite
 from shared.heap_profile import HeapProfileSettings
 from shared.llm.config import LLMSettings
+from shared.oidc.settings import OIDCSettings
 from shared.protocol import MAX_ARTIFACT_BYTES
 from shared.rate_limit.config import RateLimitSettings
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
+
+
+class AgentOIDCSettings(OIDCSettings):
+    """Access tokens of the identity provider for this service's audience (a caller's client
+    credentials), accepted besides the API keys (``AGENT_SERVICE_AUTH_OIDC_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENT_SERVICE_AUTH_OIDC_", extra="ignore", case_sensitive=False)
 
 
 class AgentServiceSettings(BaseSettings):
@@ -30,6 +38,9 @@ class AgentServiceSettings(BaseSettings):
     database_url: str = "sqlite+aiosqlite:///var/agent_service.db"
     # Several keys are valid at once so a key can be rotated without downtime.
     api_keys: Annotated[list[str], NoDecode] = []
+    # AGENT_SERVICE_AUTH_OIDC_ISSUER/_AUDIENCE...: bearer access tokens of the identity provider are
+    # accepted too, so the services need share no key.
+    auth_oidc: AgentOIDCSettings = Field(default_factory=AgentOIDCSettings)
     heartbeat_seconds: Annotated[float, Field(gt=0)] = 15.0
     sse_retry_ms: Annotated[int, Field(ge=0)] = 3000
     max_message_chars: Annotated[int, Field(gt=0)] = 32_000

@@ -120,6 +120,10 @@ def _token(args: argparse.Namespace) -> None:
     from conversation_service.settings import ConversationSettings
 
     settings = ConversationSettings()
+    if settings.oidc.enabled:
+        # The service takes only the identity provider's tokens then: a development token would be refused.
+        raise SystemExit("AUTH_OIDC_ISSUER is set: the chat API takes the identity provider's access tokens "
+                         "only; get one from the provider (the page signs in there)")
     secret, note = _signing_secret(settings)
     print(note, file=sys.stderr)
     ttl = args.ttl if args.ttl is not None else settings.dev_token_ttl_s

@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from conversation_service.auth.router import router as auth_router
 from conversation_service.conversations.router import router as conversations_router
 from conversation_service.dead_letters.router import router as dead_letters_router
 from conversation_service.errors import install_error_handlers
@@ -47,6 +48,7 @@ def create_app(settings: ConversationSettings | None = None) -> FastAPI:
     app.state.shutdown = Shutdown(settings.shutdown_grace_s)
     install_error_handlers(app)
     app.include_router(health_router)
+    app.include_router(auth_router)
     app.include_router(conversations_router)
     app.include_router(messages_router)
     app.include_router(reply_control_router)

@@ -16,12 +16,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
 from conversation_service.agent_client import AgentServiceClient
-from conversation_service.auth.tokens import AuthenticatedUser, verify_token
+from conversation_service.auth.guard import Authentication
+from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.conversations.service import get_owned_conversation
 from conversation_service.db.models import Conversation
 from conversation_service.db.repository import unit_of_work
 from conversation_service.dead_letters.replay import DeadLetterReplayer
-from conversation_service.errors import Unauthorized
 from conversation_service.interactions.service import AnswerService
 from conversation_service.lifespan import AgentParts, Realtime, Storage
 from conversation_service.messages.service import MessageService
@@ -50,6 +50,7 @@ AnswerServiceDep = Annotated[AnswerService, Depends(_state("agent", "answers"))]
 DeadLetterReplayerDep = Annotated[DeadLetterReplayer, Depends(_state("dead_letters"))]
 AgentClientDep = Annotated[AgentServiceClient, Depends(_state("agent_client"))]
 ReplyControlDep = Annotated[ReplyControl, Depends(_state("reply_control"))]
+AuthDep = Annotated[Authentication, Depends(_state("auth"))]
 
 
 async def get_session(storage: StorageDep) -> AsyncIterator[AsyncSession]:
@@ -64,17 +65,18 @@ async def get_session(storage: StorageDep) -> AsyncIterator[AsyncSession]:
 
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
-_bearer = HTTPBearer(auto_error=False, description="HS256 JWT: sub = user id, org = organisation id")
+_bearer = HTTPBearer(auto_error=False, description=(
+    "The identity provider's access token for AUTH_OIDC_AUDIENCE (RS256/ES256) or, without AUTH_OIDC_ISSUER, "
+    "an HS256 development JWT (sub = user id, org = organisation id). The chat page signs in with a session "
+    "cookie instead (and X-CSRF-Token on what changes something)."
+))
 
 
-def get_current_user(
-    settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+async def get_current_user(
+    conn: HTTPConnection, auth: AuthDep,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> AuthenticatedUser:
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise Unauthorized("missing bearer token")
-    return verify_token(
-        credentials.credentials, settings.auth_jwt_secret.get_secret_value(), leeway_s=settings.auth_jwt_leeway_s
-    )
+    return await auth.request_user(conn)
 
 
 CurrentUser = Annotated[AuthenticatedUser, Depends(get_current_user)]

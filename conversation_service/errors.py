@@ -25,6 +25,10 @@ WS_INTERNAL_ERROR = 1011
 WS_TRY_AGAIN_LATER = 1013
 
 
+# What a 503 tells the client to wait before it tries again.
+UNAVAILABLE_RETRY_AFTER_S = 5
+
+
 class ServiceError(Exception):
     status_code = 500
     error = "internal_error"
@@ -38,6 +42,17 @@ class ServiceError(Exception):
 class Unauthorized(ServiceError):
     status_code = 401
     error = "unauthorized"
+    ws_close_code = WS_POLICY_VIOLATION
+
+    @property
+    def challenge(self) -> str:
+        """``WWW-Authenticate`` (RFC 6750 3): what the client should send."""
+        return 'Bearer realm="conversation_service"'
+
+
+class Forbidden(ServiceError):
+    status_code = 403
+    error = "forbidden"
     ws_close_code = WS_POLICY_VIOLATION
 
 
@@ -84,7 +99,11 @@ def error_body(error: str, detail: Any = None) -> dict[str, Any]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        headers = None
+        if isinstance(exc, Unauthorized):
+            headers = {"WWW-Authenticate": exc.challenge}
+        elif isinstance(exc, Unavailable):
+            headers = {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)}
         return JSONResponse(error_body(exc.error, exc.detail), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)

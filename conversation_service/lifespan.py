@@ -13,7 +13,9 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from urllib.parse import parse_qsl
 
+import httpx
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
@@ -23,6 +25,10 @@ from conversation_service.agent_delegation.failures import TurnFailures
 from conversation_service.agent_delegation.processor import AgentEventProcessor
 from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.agent_delegation.takeover import TurnTakeover
+from conversation_service.auth.authenticator import DevelopmentTokens, ProviderTokens
+from conversation_service.auth.guard import Authentication
+from conversation_service.auth.login import LoginFlow
+from conversation_service.auth.sessions import WebSessions
 from conversation_service.db import migrate
 from conversation_service.db.repository import unit_of_work
 from conversation_service.dead_letters.replay import DeadLetterReplayer
@@ -53,6 +59,10 @@ from shared.fastpath.aiohttp_transport import AiohttpTransport
 from shared.http_metrics import install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
+from shared.oidc.client_credentials import ClientCredentialsAuth
+from shared.oidc.provider import IdentityProvider
+from shared.oidc.token_endpoint import TokenEndpoint
+from shared.oidc.verifier import AccessTokenVerifier
 from shared.rate_limit import RateLimiter, build_limiter, default_model
 from shared.transactions import Transactions
 
@@ -104,10 +114,14 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
             llm = await stack.enter_async_context(build_llm(settings))
             realtime = app.state.realtime = await stack.enter_async_context(
                 build_realtime(settings, storage, metrics))
+            auth = app.state.auth = await stack.enter_async_context(build_auth(settings, storage, metrics))
             client_config = settings.delegation.client_config()
+            agent_auth = _agent_service_auth(settings, auth)
             client = await stack.enter_async_context(AgentServiceClient(
-                settings.agent_service_url, settings.agent_service_api_key.get_secret_value() or "unset",
+                settings.agent_service_url,
+                settings.agent_service_api_key.get_secret_value() or (None if agent_auth else "unset"),
                 config=client_config, transport=AiohttpTransport(max_connections=client_config.max_connections),
+                auth=agent_auth,
             ))
             app.state.agent_client = client  # the memory routes ask the Agent Service directly
             # Replies and turns under way stop before the client they use closes.
@@ -148,6 +162,49 @@ async def build_storage(settings: ConversationSettings) -> AsyncIterator[Storage
         if lease_engine is not None:
             await lease_engine.dispose()
         await engine.dispose()
+
+
+@asynccontextmanager
+async def build_auth(
+    settings: ConversationSettings, storage: Storage, metrics: ConversationMetrics
+) -> AsyncIterator[Authentication]:
+    """Development tokens, or the identity provider: its keys (fetched in the background, so a
+    provider that is down does not hold the start-up), and with a client id the page's sign-in."""
+    oidc = settings.oidc
+    if not oidc.enabled:
+        yield Authentication(DevelopmentTokens(settings.auth_jwt_secret.get_secret_value(),
+                                               leeway_s=settings.auth_jwt_leeway_s), settings.allowed_origins)
+        return
+    async with httpx.AsyncClient(follow_redirects=False, timeout=oidc.http_timeout_s) as http:
+        provider = IdentityProvider(oidc, http, on_fetch=metrics.oidc.fetched)
+        provider.start()
+        try:
+            verifier = AccessTokenVerifier(oidc, provider, on_reject=metrics.oidc.rejected)
+            auth = Authentication(ProviderTokens(verifier, leeway_s=oidc.leeway_s), settings.allowed_origins,
+                                  provider=provider, http=http)
+            if not oidc.login_enabled:
+                yield auth
+                return
+            endpoint = TokenEndpoint(provider, http, oidc.client_id or "", oidc.client_secret.get_secret_value(),
+                                     timeout_s=oidc.http_timeout_s)
+            login = LoginFlow(oidc, verifier, endpoint, login_timeout_s=settings.session.login_timeout_s)
+            sessions = WebSessions(storage.sessionmaker, login, settings.session)
+            async with every(settings.session.cleanup_interval_s, sessions.remove_expired, name="auth-sessions"):
+                yield Authentication(auth.bearer, settings.allowed_origins, provider=provider, http=http,
+                                     login=login, sessions=sessions)
+        finally:
+            await provider.aclose()
+
+
+def _agent_service_auth(settings: ConversationSettings, auth: Authentication) -> ClientCredentialsAuth | None:
+    """The ConversationService's own access token for the Agent Service (client credentials), when set."""
+    if not settings.agent_service_client_id or auth.provider is None or auth.http is None:
+        return None
+    endpoint = TokenEndpoint(
+        auth.provider, auth.http, settings.agent_service_client_id,
+        settings.agent_service_client_secret.get_secret_value(), timeout_s=settings.oidc.http_timeout_s,
+    )
+    return ClientCredentialsAuth(endpoint, dict(parse_qsl(settings.agent_service_grant_params)))
 
 
 @asynccontextmanager
@@ -221,8 +278,8 @@ async def build_realtime(
 
 
 def _routing(settings: ConversationSettings):
-    if settings.routing.enabled and not settings.agent_service_api_key.get_secret_value():
-        log.warning("AGENT_SERVICE_API_KEY is not set: agent routing is disabled")
+    if settings.routing.enabled and not settings.agent_credentials_set:
+        log.warning("neither AGENT_SERVICE_API_KEY nor AGENT_SERVICE_CLIENT_ID is set: agent routing is disabled")
         return settings.routing.model_copy(update={"enabled": False})
     return settings.routing
 

@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from shared.labelled import Labelled
+from shared.oidc.metrics import OIDCMetrics
 
 _FAST = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _FIRST_CHUNK = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
@@ -148,6 +149,7 @@ class ConversationMetrics:
         self.frames = FrameMetrics(self.registry)
         self.websocket = WebSocketMetrics(self.registry)
         self.agent = AgentMetrics(self.registry)
+        self.oidc = OIDCMetrics(self.registry, "conversation")
 
 
 # perf_counter() stamps of the agent events whose frames are being published in this context (one

@@ -13,6 +13,7 @@ from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from conversation_service.agent_delegation.settings import DelegationSettings
+from conversation_service.auth.settings import ChatOIDCSettings, WebSessionSettings
 from conversation_service.history.settings import HistorySettings
 from conversation_service.routing.settings import RoutingSettings
 from shared.db import is_sqlite
@@ -36,12 +37,22 @@ class ConversationSettings(BaseSettings):
 
     agent_service_url: str = "http://127.0.0.1:8001"
     agent_service_api_key: SecretStr = SecretStr("")
+    # Instead of (or besides) the API key: an access token of AUTH_OIDC_ISSUER for the Agent Service
+    # (client credentials). AGENT_SERVICE_GRANT_PARAMS, URL-encoded, says which audience to ask for
+    # the way the provider wants it (resource=..., audience=..., scope=api://.../.default).
+    agent_service_client_id: str | None = Field(default=None, max_length=256)
+    agent_service_client_secret: SecretStr = SecretStr("")
+    agent_service_grant_params: str = Field(default="", max_length=2000)
 
     # X-Operator-Key of the operator routes (replaying dead letters); unset, they answer 404.
     operator_api_key: SecretStr = SecretStr("")
     auth_jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
     auth_jwt_leeway_s: float = Field(default=10.0, ge=0, le=300)
     dev_token_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
+    # AUTH_OIDC_*: with an issuer, user tokens are the identity provider's access tokens (HS256
+    # tokens are refused) and, with a client id, the page signs in there (AUTH_SESSION_*).
+    oidc: ChatOIDCSettings = Field(default_factory=ChatOIDCSettings)
+    session: WebSessionSettings = Field(default_factory=WebSessionSettings)
 
     # Unset: frames fan out in-process only (one replica). Set: Redis pub/sub across replicas.
     redis_url: str | None = None
@@ -120,6 +131,19 @@ class ConversationSettings(BaseSettings):
             raise ValueError("TURN_SWEEP_INTERVAL_S must be below TURN_LEASE_S")
         return self
 
+    @model_validator(mode="after")
+    def _agent_client_credentials(self) -> ConversationSettings:
+        if self.agent_service_client_id:
+            if not self.oidc.enabled:
+                raise ValueError("AGENT_SERVICE_CLIENT_ID needs AUTH_OIDC_ISSUER (its token endpoint issues the token)")
+            if not self.agent_service_client_secret.get_secret_value():
+                raise ValueError("AGENT_SERVICE_CLIENT_SECRET is required with AGENT_SERVICE_CLIENT_ID")
+        return self
+
+    @property
+    def agent_credentials_set(self) -> bool:
+        return bool(self.agent_service_api_key.get_secret_value() or self.agent_service_client_id)
+
     @cached_property
     def allowed_origins(self) -> frozenset[str]:
         return frozenset(o.strip().rstrip("/") for o in self.ws_allowed_origins.split(",") if o.strip())
@@ -134,5 +158,5 @@ class ConversationSettings(BaseSettings):
         return self.auth_jwt_secret.get_secret_value() == DEV_JWT_SECRET
 
     def warn_about_defaults(self) -> None:
-        if self.uses_dev_jwt_secret:
+        if self.uses_dev_jwt_secret and not self.oidc.enabled:
             log.warning("AUTH_JWT_SECRET is not set: using the public development secret; set it for any real use")

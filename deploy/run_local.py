@@ -232,24 +232,30 @@ def main() -> None:
             if not supervisor.stopping:
                 supervisor.start(service)
         if not supervisor.stopping:
-            token = subprocess.run(
-                [sys.executable, "-m", "conversation_service", "token", "--user", args.user],
-                env=env, cwd=ROOT, check=True, capture_output=True, text=True,
-            ).stdout.strip()
-            _print_banner(chat.url, agent.url, args.user, token)
+            if env.get("AUTH_OIDC_ISSUER"):
+                _print_banner(chat.url, agent.url, args.user, None)
+            else:
+                token = subprocess.run(
+                    [sys.executable, "-m", "conversation_service", "token", "--user", args.user],
+                    env=env, cwd=ROOT, check=True, capture_output=True, text=True,
+                ).stdout.strip()
+                _print_banner(chat.url, agent.url, args.user, token)
             supervisor.watch()
     finally:
         supervisor.stop_all()
 
 
-def _print_banner(chat_url: str, agent_url: str, user: str, token: str) -> None:
+def _print_banner(chat_url: str, agent_url: str, user: str, token: str | None) -> None:
+    """``token`` None: the chat signs in at the identity provider (AUTH_OIDC_ISSUER is set)."""
+    page = f"{chat_url}/   (sign in at {os.environ.get('AUTH_OIDC_ISSUER')})" if token is None \
+        else f"{chat_url}/?token={token}"
     print(
         "\nTaskForce bridge is running (SQLite under var/, in-process fan-out, built-in offline LLM)\n"
-        f"  chat page:      {chat_url}/?token={token}\n"
+        f"  chat page:      {page}\n"
         f"  chat API:       {chat_url}/docs   (Authorization: Bearer <token>)\n"
         f"  agent service:  {agent_url}/docs  (X-API-Key from var/dev-secrets.env)\n"
-        f"  dev token for user '{user}': {token}\n"
-        "Try: '/agent what is 17*23', '@agent plan a trip', or a plain message. A service that stops is\n"
+        + (f"  dev token for user '{user}': {token}\n" if token else "")
+        + "Try: '/agent what is 17*23', '@agent plan a trip', or a plain message. A service that stops is\n"
         "restarted; the chat keeps answering while the agent is down. Ctrl-C stops both services.\n",
         flush=True,
     )

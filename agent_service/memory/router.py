@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from agent_service.auth import ApiKey
 from agent_service.deps import MemoryDep
@@ -23,11 +23,13 @@ router = APIRouter(prefix="/api/v1/agent/memory", tags=["memory"])
 _ERRORS = errors({
     401: "missing or invalid X-API-Key",
     404: "no such memory of this user",
-    422: "a user or organisation id longer than allowed, or a memory id that is not a number",
+    422: "a user or organisation id longer than allowed, or a memory id that is not a positive 64-bit number",
     503: "long-term memory is off",
 })
 UserId = Annotated[str, Query(min_length=1, max_length=MAX_ID_CHARS)]
 OrgId = Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS)]
+# A row id (BIGINT): a larger number names no memory, and the database could not even compare it.
+MemoryId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 MAX_LISTED = 500
 
 
@@ -50,7 +52,7 @@ async def forget_all(_: ApiKey, memory: MemoryDep, user_id: UserId, org_id: OrgI
 
 @router.delete("/{memory_id}", response_model=MemoryDeleted, responses=_ERRORS)
 async def forget(
-    _: ApiKey, memory: MemoryDep, memory_id: int, user_id: UserId, org_id: OrgId = None,
+    _: ApiKey, memory: MemoryDep, memory_id: MemoryId, user_id: UserId, org_id: OrgId = None,
 ) -> MemoryDeleted:
     deleted = await _store(memory).delete(Owner(user_id, org_id), memory_id)
     if not deleted:

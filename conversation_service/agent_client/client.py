@@ -8,8 +8,10 @@ the caller, which then also owns its lifetime)::
             async for event in stream:          # EventEnvelope, each seq exactly once
                 ...
 
-Every call sends ``X-API-Key`` (never logged, never part of an error) and, when one is bound in
-the logging context, the caller's ``X-Request-ID`` so one request can be followed across services.
+Every call sends ``X-API-Key`` (never logged, never part of an error), or an access token of the
+identity provider through ``auth`` (``shared.oidc.client_credentials``), or both, and, when one is
+bound in the logging context, the caller's ``X-Request-ID`` so one request can be followed across
+services.
 """
 
 from __future__ import annotations
@@ -67,8 +69,9 @@ class AgentServiceClient:
     def __init__(
         self,
         base_url: str,
-        api_key: str,
+        api_key: str | None,
         *,
+        auth: httpx.Auth | None = None,
         http_client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         config: AgentClientConfig | None = None,
@@ -79,7 +82,9 @@ class AgentServiceClient:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
             raise ValueError("base_url must be an http(s) URL without query or fragment")
-        if not isinstance(api_key, str) or not api_key or any(c in api_key for c in "\r\n\0"):
+        if api_key is None and auth is None:
+            raise ValueError("an api_key or an auth (an access token) is needed")
+        if api_key is not None and (not isinstance(api_key, str) or not api_key or any(c in api_key for c in "\r\n\0")):
             raise ValueError("api_key must be a non-empty single-line string")
         self.base_url = base_url.rstrip("/")
         self.__api_key = api_key
@@ -104,6 +109,7 @@ class AgentServiceClient:
             timeout=self._timeout(),
             # A redirect would carry the API key to wherever it points.
             follow_redirects=False,
+            auth=auth,
         )
 
     def __repr__(self) -> str:
@@ -260,7 +266,7 @@ class AgentServiceClient:
         self, method: str, path: str, *, headers: dict[str, str] | None = None, content: bytes | None = None,
         timeout: httpx.Timeout | None = None,
     ) -> httpx.Request:
-        all_headers = {API_KEY_HEADER: self.__api_key, **(headers or {})}
+        all_headers = {API_KEY_HEADER: self.__api_key, **(headers or {})} if self.__api_key else dict(headers or {})
         request_id = request_id_var.get()
         if request_id:
             all_headers[REQUEST_ID_HEADER] = request_id

@@ -23,6 +23,14 @@ class AuthenticatedUser:
     user_id: str
     org_id: str | None = None
     permissions: tuple[str, ...] = field(default_factory=tuple)
+    # When the credential stops being valid (epoch seconds): an open WebSocket is closed then
+    # unless it is renewed. None: it does not expire.
+    expires_at: float | None = None
+    # What the page shows as who is signed in.
+    name: str | None = None
+
+    def same_identity(self, other: AuthenticatedUser) -> bool:
+        return self.user_id == other.user_id and self.org_id == other.org_id
 
 
 def issue_token(secret: str, user_id: str, org_id: str | None = None, *, ttl_s: int = 3600) -> str:
@@ -59,7 +67,9 @@ def verify_token(token: str, secret: str, *, leeway_s: float = 0.0) -> Authentic
     if not isinstance(raw_permissions, list) or len(raw_permissions) > 100:
         raise Unauthorized("token claim 'permissions' is invalid")
     permissions = tuple(_claim_str(p, "permissions", True) for p in raw_permissions)
-    return AuthenticatedUser(user_id=user_id, org_id=org_id, permissions=permissions)  # type: ignore[arg-type]
+    return AuthenticatedUser(  # type: ignore[arg-type]
+        user_id=user_id, org_id=org_id, permissions=permissions, expires_at=float(claims["exp"]) + leeway_s,
+    )
 
 
 def bearer_from_header(value: str | None) -> str | None:

@@ -4,7 +4,7 @@ The schema is owned by the Alembic revisions in ``migrations/conversation``: ``c
 conversations, messages, conversation_frames), ``c0002`` (agent integration, which extends the
 chat schema without replacing it), ``c0003`` (crash safety: reserved frame seqs, leased turns),
 ``c0004`` (dead-letter replays), ``c0006`` (``conversations.deleted_at``) and ``c0007_reply_control``
-(stopped and replaced replies). These models mirror
+(stopped and replaced replies), ``c0009_auth_sessions`` (the page's sign-in sessions). These models mirror
 those revisions; a test compares them.
 
 Relationships are ``lazy="raise"``: a hidden lazy load would block the event loop on an async
@@ -25,6 +25,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -319,3 +320,27 @@ class ConversationSummary(Base):
     token_count: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
+
+
+class WebSession(Base):
+    """c0009: a page signed in with the identity provider (``conversation_service.auth.sessions``).
+
+    The id is the SHA-256 of the session cookie (the cookie itself is never stored); the provider's
+    tokens are sealed with a key derived from the cookie, so this row alone opens nothing.
+    """
+
+    __tablename__ = "auth_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(EXTERNAL_ID_LENGTH))
+    org_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH))
+    permissions: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    display_name: Mapped[str] = mapped_column(String(200))
+    sealed_tokens: Mapped[bytes] = mapped_column(LargeBinary)
+    # When the access token expires: the tokens are refreshed shortly before.
+    access_expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # The session's end, whatever happens (AUTH_SESSION_MAX_AGE_S after sign-in).
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    # A replica refreshing the tokens holds this until then, so two never use one refresh token.
+    refreshing_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

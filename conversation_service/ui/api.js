@@ -41,13 +41,21 @@ export function describe(status, body) {
   return base || `Request failed (${status}).`;
 }
 
-export function createApi(getToken) {
+// credentials(): {token} for a pasted token (development sign-in), or {csrf} when the page is
+// signed in with the identity provider: the session cookie goes along by itself (the page never
+// sees a token), and what changes something carries the session's CSRF token.
+export function createApi(credentials) {
   return async function api(method, path, body) {
+    const { token, csrf } = credentials();
+    const headers = { "Content-Type": "application/json" };
+    if (token) headers.Authorization = "Bearer " + token;
+    if (csrf && method !== "GET") headers["X-CSRF-Token"] = csrf;
     let res;
     try {
       res = await fetch(path, {
         method,
-        headers: { Authorization: "Bearer " + getToken(), "Content-Type": "application/json" },
+        headers,
+        credentials: "same-origin",
         body: body === undefined ? undefined : JSON.stringify(body),
       });
     } catch (err) {

@@ -1,4 +1,5 @@
-// The chat page: sign-in by token, the conversation list, the open conversation and the composer.
+// The chat page: sign-in (at the identity provider, or by a pasted development token), the
+// conversation list, the open conversation and the composer.
 // Plain ES modules, no build step.
 import { ApiError, createApi, newId } from "./api.js";
 import { ChatView } from "./chat.js";
@@ -7,6 +8,8 @@ import { ConversationSocket } from "./socket.js";
 
 const $ = (id) => document.getElementById(id);
 const TOKEN_KEY = "chat.token";
+const SIGNED_OUT_KEY = "chat.signedOut";  // set before the page leaves to sign out at the provider
+const DRAFT_KEY = "chat.draft:";          // + conversation id: what was being written survives a re-login
 const HISTORY_PAGE = 200;
 const HISTORY_MAX = 5000;  // a very long conversation shows its first 5000 messages, not a frozen tab
 
@@ -23,7 +26,16 @@ function takeTokenFromUrl() {
   if (token.trim()) sessionStorage.setItem(TOKEN_KEY, token.trim());
 }
 
-function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+// How the page signs in, from GET /auth/session: "development" (a pasted token, kept in this
+// tab's sessionStorage) or "oidc" (the identity provider: an HttpOnly session cookie the page
+// cannot read, and a CSRF token for what changes something).
+const auth = { mode: "development", login: false, signedIn: false, user: null, csrf: "" };
+
+// The session cookie when the service signs the page in at the provider; else a pasted token
+// (a development token, or an access token of the provider when the page has no sign-in of its own).
+function cookieAuth() { return auth.mode === "oidc" && auth.login; }
+function token() { return cookieAuth() ? "" : sessionStorage.getItem(TOKEN_KEY) || ""; }
+function signedIn() { return cookieAuth() ? auth.signedIn : Boolean(token()); }
 
 // Who the token says we are, for the header only; the server checks the token itself.
 function tokenSubject(value) {
@@ -36,7 +48,52 @@ function tokenSubject(value) {
   }
 }
 
-const api = createApi(token);
+const api = createApi(() => ({ token: token(), csrf: auth.csrf }));
+
+async function readSession() {
+  try {
+    const res = await fetch("/auth/session", { credentials: "same-origin" });
+    if (!res.ok) return;
+    const info = await res.json();
+    Object.assign(auth, { mode: info.mode, login: info.login, signedIn: Boolean(info.signed_in),
+                          user: info.user, csrf: info.csrf_token || "" });
+  } catch (err) {
+    // Unreachable: the requests that follow say so.
+  }
+}
+
+// To the provider's sign-in, coming back to this conversation (the draft waits in sessionStorage).
+function signIn() {
+  const here = location.pathname + location.search + location.hash;
+  location.assign("/auth/login?return_to=" + encodeURIComponent(here));
+}
+
+const SIGN_IN_ERRORS = {
+  denied: "The sign-in was cancelled.",
+  unavailable: "The identity provider cannot be reached. Try again in a moment.",
+  expired: "The sign-in took too long, or was started in another tab. Try again.",
+  state: "The sign-in took too long, or was started in another tab. Try again.",
+};
+
+// A ?signin_error=... the server sent back: said once, and taken out of the address.
+function takeSignInError() {
+  const url = new URL(location.href);
+  const code = url.searchParams.get("signin_error");
+  if (code === null) return null;
+  url.searchParams.delete("signin_error");
+  history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+  return SIGN_IN_ERRORS[code] || "The sign-in failed. Try again.";
+}
+
+// Signed in with the provider no more (signed out elsewhere, or the provider ended the session):
+// the page stays as it is, the draft too, and offers to sign in again.
+function sessionEnded() {
+  auth.signedIn = false;
+  auth.csrf = "";
+  if (state.socket) state.socket.stop();
+  showIdentity();
+  banner("Your session ended. Sign in again to carry on; what you were writing is kept.");
+}
 
 // ---- page state -----------------------------------------------------------------------------
 
@@ -80,7 +137,14 @@ function connection(stateName, info) {
     ? `Connection lost; retrying in ${Math.max(1, Math.round(info.delay / 1000))} s`
     : labels[stateName] ?? "";
   if (stateName === "refused") {
-    banner("The live connection was refused: your token may have expired. Enter a new token.");
+    if (cookieAuth()) {
+      readSession().then(() => {
+        if (!auth.signedIn) sessionEnded();
+        else banner("The live connection was refused.");
+      });
+    } else {
+      banner("The live connection was refused: your token may have expired. Enter a new token.");
+    }
   }
 }
 
@@ -132,15 +196,33 @@ const chat = new ChatView({
 // ---- sign-in --------------------------------------------------------------------------------
 
 function showIdentity() {
-  const value = token();
-  const signedIn = Boolean(value);
-  $("token-form").hidden = signedIn;
-  $("identity").hidden = !signedIn;
-  $("who").textContent = signedIn ? (tokenSubject(value) || "signed in") : "";
-  $("new-conversation").disabled = !signedIn;
-  $("search").disabled = !signedIn;
+  const cookie = cookieAuth();
+  const ready = signedIn();
+  $("token-form").hidden = ready || cookie;
+  $("sign-in-panel").hidden = ready || !cookie;
+  $("identity").hidden = !ready;
+  $("sign-out").hidden = cookie;   // "Change token": a pasted token only
+  $("log-out").hidden = !cookie;
+  const name = cookie ? (auth.user && (auth.user.name || auth.user.id)) : tokenSubject(token());
+  $("who").textContent = ready ? (name || "signed in") : "";
+  $("new-conversation").disabled = !ready;
+  $("search").disabled = !ready;
   updateComposer();
 }
+
+$("sign-in").addEventListener("click", signIn);
+
+$("log-out").addEventListener("click", async () => {
+  $("log-out").disabled = true;
+  try {
+    const out = await api("POST", "/auth/logout");
+    sessionStorage.setItem(SIGNED_OUT_KEY, "1");
+    location.assign(out && out.redirect ? out.redirect : "/");
+  } catch (err) {
+    $("log-out").disabled = false;
+    reportError(err);
+  }
+});
 
 $("token-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
@@ -254,7 +336,7 @@ $("new-conversation").addEventListener("click", async () => {
   } catch (err) {
     reportError(err);
   } finally {
-    button.disabled = !token();
+    button.disabled = !signedIn();
   }
 });
 
@@ -309,9 +391,10 @@ async function openConversation(id) {
     if (generation !== state.generation) return;
     showTitle(conversation);
     chat.loadHistory(messages, agent && agent.pending_question, questions.items);
+    restoreDraft(id);
     state.socket = new ConversationSocket({
       conversationId: id,
-      token: token(),
+      token: token() || null,
       afterSeq: conversation.last_seq || 0,
       onFrame: (frame) => {
         if (frame.type === "conversation.deleted") { deleted(id); return; }
@@ -336,7 +419,7 @@ async function openConversation(id) {
 // ---- composer -------------------------------------------------------------------------------
 
 function updateComposer() {
-  const ready = Boolean(state.current && token());
+  const ready = Boolean(state.current && signedIn());
   $("content").disabled = !ready;
   $("send").disabled = !ready || state.sending || !$("content").value.trim();
   const stoppable = Boolean(ready && state.streaming);
@@ -367,7 +450,24 @@ function fitComposer() {
   box.style.height = box.scrollHeight + 2 + "px";
 }
 
-$("content").addEventListener("input", () => { fitComposer(); updateComposer(); });
+// The text being written is kept per conversation in this tab, so a reload or a sign-in again
+// (the provider's page in between) does not lose it.
+function saveDraft() {
+  if (!state.current) return;
+  const text = $("content").value;
+  if (text) sessionStorage.setItem(DRAFT_KEY + state.current, text);
+  else sessionStorage.removeItem(DRAFT_KEY + state.current);
+}
+
+function restoreDraft(id) {
+  const text = sessionStorage.getItem(DRAFT_KEY + id);
+  if (text && !$("content").value) {
+    $("content").value = text;
+    fitComposer();
+  }
+}
+
+$("content").addEventListener("input", () => { fitComposer(); updateComposer(); saveDraft(); });
 $("content").addEventListener("keydown", (ev) => {
   // Enter sends, Shift+Enter starts a new line (IME composition keeps its own Enter).
   if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
@@ -390,7 +490,7 @@ $("composer").addEventListener("submit", async (ev) => {
   try {
     await api("POST", `/conversations/${encodeURIComponent(conversationId)}/messages`,
               { content, client_message_id: state.draft.id });
-    if (input.value.trim() === content) { input.value = ""; fitComposer(); }
+    if (input.value.trim() === content) { input.value = ""; fitComposer(); saveDraft(); }
     state.draft = null;
     banner("");
     if (state.conversation && !state.conversation.title) refreshTitle(conversationId);
@@ -478,6 +578,10 @@ $("delete").addEventListener("click", async () => {
 
 function reportError(err) {
   if (err instanceof ApiError && err.status === 401) {
+    if (cookieAuth()) {
+      sessionEnded();
+      return;
+    }
     sessionStorage.removeItem(TOKEN_KEY);
     showIdentity();
   }
@@ -488,7 +592,7 @@ $("banner-close").addEventListener("click", () => banner(""));
 window.addEventListener("online", () => { if (state.socket) state.socket.retryNow(); });
 
 async function start() {
-  if (!token()) return;
+  if (!signedIn()) return;
   try {
     const items = await loadConversations();
     const wanted = new URLSearchParams(location.hash.slice(1)).get("c");
@@ -500,6 +604,21 @@ async function start() {
   }
 }
 
-takeTokenFromUrl();
-showIdentity();
-start();
+// Signed in with the provider: the page goes there when nobody is signed in, unless the user just
+// signed out or a sign-in just failed (then the Sign in button waits for them).
+async function boot() {
+  await readSession();
+  const failed = takeSignInError();
+  const signedOut = sessionStorage.getItem(SIGNED_OUT_KEY);
+  sessionStorage.removeItem(SIGNED_OUT_KEY);
+  if (!cookieAuth()) takeTokenFromUrl();
+  showIdentity();
+  if (cookieAuth() && !auth.signedIn) {
+    if (failed) banner(failed);
+    else if (signedOut) banner("You signed out.", "notice");
+    else { signIn(); return; }
+  }
+  start();
+}
+
+boot();

@@ -1,4 +1,5 @@
-// The live stream of one conversation: auth by first frame, resume with ?after_seq=N, reconnect
+// The live stream of one conversation: auth by first frame (a pasted token) or by the session
+// cookie (signed in with the identity provider), resume with ?after_seq=N, reconnect
 // with exponential backoff. Every frame with a seq is handed on exactly once, in order. The page asks
 // for batches (?batch=1): frames that waited for it on the server come in one message,
 // {"type": "batch", "frames": [...]}, and are handed on one by one as if each had come alone.
@@ -8,9 +9,10 @@ const BACKOFF_MAX_MS = 15000;
 // Keeps idle connections alive through proxies that close silent sockets.
 const PING_INTERVAL_MS = 25000;
 const STABLE_MS = 5000;
-const POLICY_VIOLATION = 1008;  // bad token, not our conversation, or Origin refused: retrying cannot help
+const POLICY_VIOLATION = 1008;  // bad token, session ended, not our conversation, or Origin refused: retrying cannot help
 
 export class ConversationSocket {
+  // token: null when the session cookie authenticates the socket.
   // onFrame(frame) for seq frames; onControl(frame) for pong/ack/error; onState(state, info).
   constructor({ conversationId, token, afterSeq, onFrame, onControl, onState }) {
     this.conversationId = conversationId;
@@ -64,7 +66,7 @@ export class ConversationSocket {
     this.ws = ws;
     let openedAt = 0;
     ws.onopen = () => {
-      ws.send(JSON.stringify({ type: "auth", token: this.token }));
+      if (this.token) ws.send(JSON.stringify({ type: "auth", token: this.token }));
       openedAt = Date.now();
       this.onState("live", {});
       clearInterval(this.pinger);

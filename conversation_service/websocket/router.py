@@ -1,8 +1,10 @@
 """``/conversations/{id}/ws``: the live stream of a conversation.
 
 Handshake: ``Origin`` (when sent) must be allowed, or be this service's own origin; a token in
-``Authorization: Bearer`` or, for browsers, a first frame ``{"type": "auth", "token": ...}`` within
-the auth timeout; the conversation must belong to the caller. Every refusal is close code 1008.
+``Authorization: Bearer``, the page's session cookie, or a first frame ``{"type": "auth", "token":
+...}`` within the auth timeout (``websocket.auth``); the conversation must belong to the caller.
+Every refusal is close code 1008 (1013 while the identity provider cannot be asked). A socket does
+not outlive its credential: it is renewed in band or closed 1008 when it expires.
 
 Then: subscribe to the hub first, replay persisted frames with ``seq > after_seq``, then live
 frames, dropping any ``seq`` already sent, so each frame arrives exactly once (``?batch=1``: frames
@@ -14,29 +16,43 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from urllib.parse import urlsplit
 
 import orjson
 from fastapi import APIRouter, WebSocket
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from conversation_service.auth.tokens import AuthenticatedUser, bearer_from_header, verify_token
+from conversation_service.auth.guard import origin_allowed
+from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.conversations.service import get_owned_conversation
 from conversation_service.db.repository import unit_of_work
-from conversation_service.deps import MessageServiceDep, MetricsDep, RealtimeDep, SettingsDep, StorageDep
+from conversation_service.deps import (
+    AuthDep,
+    MessageServiceDep,
+    MetricsDep,
+    RealtimeDep,
+    SettingsDep,
+    StorageDep,
+)
 from conversation_service.errors import (
     WS_MESSAGE_TOO_BIG,
     WS_POLICY_VIOLATION,
     WS_TRY_AGAIN_LATER,
     ServiceError,
-    Unauthorized,
 )
 from conversation_service.lifespan import Realtime, Storage
 from conversation_service.messages.schemas import MessageCreate
 from conversation_service.messages.service import MessageService
 from conversation_service.metrics import WebSocketMetrics
 from conversation_service.settings import ConversationSettings
+from conversation_service.websocket.auth import (
+    CloseRequest,
+    Refused,
+    SocketCredential,
+    first_frame_user,
+    handshake_user,
+    parse_auth_frame,
+)
 from conversation_service.websocket.connection import ClientConnection
 from shared.logging import conversation_id_var
 
@@ -44,31 +60,6 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 SLOW_CONSUMER_REASON = "slow consumer, resume with after_seq"
-
-
-class _AuthFrame(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: str
-    token: str = Field(max_length=8192)
-
-
-class _Refused(Exception):
-    """The handshake failed: the reason is counted and, once accepted, the client is told."""
-
-    def __init__(self, reason: str, text: str = "") -> None:
-        super().__init__(text)
-        self.reason = reason
-        self.text = text
-
-
-def origin_allowed(origin: str | None, host: str | None, allowed: frozenset[str]) -> bool:
-    if origin is None:
-        return True  # not a browser: the token is the whole check
-    origin = origin.rstrip("/")
-    if origin in allowed:
-        return True
-    # The chat page served by this service itself.
-    return host is not None and urlsplit(origin).netloc == host
 
 
 async def _close(websocket: WebSocket, code: int, reason: str = "") -> None:
@@ -79,16 +70,12 @@ async def _close(websocket: WebSocket, code: int, reason: str = "") -> None:
             pass
 
 
-def _verify(settings: ConversationSettings, token: str) -> AuthenticatedUser:
-    return verify_token(token, settings.auth_jwt_secret.get_secret_value(), leeway_s=settings.auth_jwt_leeway_s)
-
-
 def _after_seq(websocket: WebSocket) -> int | None:
     raw = websocket.query_params.get("after_seq")
     if raw is None:
         return None
     if not raw.isdigit() or len(raw) > 18:
-        raise _Refused("bad_after_seq")
+        raise Refused("bad_after_seq")
     return int(raw)
 
 
@@ -96,27 +83,8 @@ def _batches(websocket: WebSocket) -> bool:
     """``?batch=1``: the client takes ``batch`` frames (several frames in one message)."""
     raw = websocket.query_params.get("batch")
     if raw not in (None, "0", "1"):
-        raise _Refused("bad_batch")
+        raise Refused("bad_batch")
     return raw == "1"
-
-
-async def _authenticate_first_frame(websocket: WebSocket, settings: ConversationSettings) -> AuthenticatedUser:
-    try:
-        raw = await asyncio.wait_for(websocket.receive_text(), timeout=settings.ws_auth_timeout_s)
-    except TimeoutError:
-        raise _Refused("auth_timeout", "authentication timeout") from None
-    try:
-        if len(raw) > 16_384:
-            raise Unauthorized("auth frame too large")
-        try:
-            frame = _AuthFrame.model_validate(orjson.loads(raw))
-        except (orjson.JSONDecodeError, ValidationError):
-            raise Unauthorized("the first frame must be {\"type\": \"auth\", \"token\": ...}") from None
-        if frame.type != "auth":
-            raise Unauthorized("the first frame must be an auth frame")
-        return _verify(settings, frame.token)
-    except Unauthorized:
-        raise _Refused("auth", "authentication failed") from None
 
 
 async def _check_owner(storage: Storage, user: AuthenticatedUser, conversation_id: str) -> None:
@@ -125,44 +93,44 @@ async def _check_owner(storage: Storage, user: AuthenticatedUser, conversation_i
             await get_owned_conversation(session, user, conversation_id)
     except ServiceError:
         # Same answer for "not yours" and "does not exist".
-        raise _Refused("not_owner", "conversation not found") from None
+        raise Refused("not_owner", "conversation not found") from None
 
 
 @router.websocket("/conversations/{conversation_id}/ws")
 async def conversation_ws(
     websocket: WebSocket, conversation_id: str, settings: SettingsDep, storage: StorageDep, realtime: RealtimeDep,
-    metrics: MetricsDep, messages: MessageServiceDep,
+    metrics: MetricsDep, messages: MessageServiceDep, auth: AuthDep,
 ) -> None:
     conversation_id_var.set(conversation_id)
     # Refused before the token is known, the handshake itself is refused; after, the socket is
-    # accepted and closed, the same answer whichever way the client authenticated.
+    # accepted and closed with a reason the client can read, whichever way it authenticated.
     opened = False
     try:
         if not origin_allowed(websocket.headers.get("origin"), websocket.headers.get("host"),
                               settings.allowed_origins):
-            raise _Refused("origin")
+            raise Refused("origin")
         after_seq = _after_seq(websocket)
         batches = _batches(websocket)
         try:
-            header_token = bearer_from_header(websocket.headers.get("authorization"))
-            user = _verify(settings, header_token) if header_token is not None else None
-        except Unauthorized:
-            raise _Refused("auth") from None
+            user, session_secret = await handshake_user(websocket, auth)
+        except Refused as refused:
+            opened = refused.reason != "auth"  # a session that ended, a provider away: said why
+            raise
         opened = True
         if user is None:
             await websocket.accept()
-            user = await _authenticate_first_frame(websocket, settings)
-        # With header auth, everything is checked, and the client subscribed, before the handshake
-        # completes, so a frame published right after the client sees "open" is never missed.
+            user = await first_frame_user(websocket, auth, settings.ws_auth_timeout_s)
+        # With header or cookie auth, everything is checked, and the client subscribed, before the
+        # handshake completes, so a frame published right after the client sees "open" is never missed.
         await _check_owner(storage, user, conversation_id)
-    except _Refused as refused:
+    except Refused as refused:
         metrics.websocket.rejected[refused.reason].inc()
         if not opened:
-            await websocket.close(code=WS_POLICY_VIOLATION)
+            await websocket.close(code=refused.code)
             return
         if websocket.client_state == WebSocketState.CONNECTING:
             await websocket.accept()
-        await _close(websocket, WS_POLICY_VIOLATION, refused.text)
+        await _close(websocket, refused.code, refused.text)
         return
     except WebSocketDisconnect:
         return
@@ -171,7 +139,8 @@ async def conversation_ws(
         metrics=metrics.websocket, queue_size=settings.ws_client_queue_size, replay_wait_s=settings.ws_replay_wait_s,
         batches=batches,
     )
-    await _serve(websocket, conn, realtime, metrics.websocket, _Receiver(settings, messages, user), after_seq)
+    credential = SocketCredential(user, auth, session_secret)
+    await _serve(websocket, conn, realtime, metrics.websocket, _Receiver(settings, messages, credential), after_seq)
 
 
 async def _serve(
@@ -193,7 +162,8 @@ async def _serve(
         receiving = asyncio.create_task(receiver.run(websocket, conn), name="ws-receiver")
         overflow = asyncio.create_task(conn.overflowed.wait(), name="ws-overflow")
         send_failed = asyncio.create_task(conn.send_failed.wait(), name="ws-send-failed")
-        watchers = [receiving, overflow, send_failed]
+        expiry = asyncio.create_task(receiver.credential.watch(conn.send_control), name="ws-credential")
+        watchers = [receiving, overflow, send_failed, expiry]
         done, _ = await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
         if overflow in done:
             metrics.slow_consumers.inc()
@@ -202,11 +172,11 @@ async def _serve(
             receiving.cancel()
             await _close(websocket, WS_TRY_AGAIN_LATER, SLOW_CONSUMER_REASON)
             return
-        errors = [receiving.exception()] if receiving in done else []
+        errors = [task.exception() for task in (receiving, expiry) if task in done]
         if send_failed in done:
             errors.append(conn.error)
         for exc in errors:
-            if isinstance(exc, _CloseRequest):
+            if isinstance(exc, CloseRequest):
                 await _close(websocket, exc.code, exc.reason)
             elif exc is not None and not isinstance(exc, (WebSocketDisconnect, RuntimeError)):
                 log.error("WebSocket connection failed", exc_info=exc)
@@ -222,20 +192,14 @@ async def _serve(
         metrics.connections.dec()
 
 
-class _CloseRequest(Exception):
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
 class _Receiver:
-    """What a client sends: pings, and chat messages (``message.send``) posted for its user."""
+    """What a client sends: pings, chat messages (``message.send``) posted for its user, and new
+    tokens (``auth``) that renew the socket's credential."""
 
-    def __init__(self, settings: ConversationSettings, messages: MessageService, user: AuthenticatedUser) -> None:
+    def __init__(self, settings: ConversationSettings, messages: MessageService, credential: SocketCredential) -> None:
         self._cap = settings.ws_max_frame_bytes
         self._messages = messages
-        self._user = user
+        self.credential = credential
 
     async def run(self, websocket: WebSocket, conn: ClientConnection) -> None:
         while True:
@@ -248,7 +212,7 @@ class _Receiver:
             if raw is None:
                 continue
             if len(raw) > self._cap:
-                raise _CloseRequest(WS_MESSAGE_TOO_BIG, "frame too large")
+                raise CloseRequest(WS_MESSAGE_TOO_BIG, "frame too large")
             try:
                 frame = orjson.loads(raw)
             except orjson.JSONDecodeError:
@@ -262,6 +226,12 @@ class _Receiver:
                 conn.send_control({"type": "pong", "data": data if isinstance(data, dict) else {}})
             elif kind == "message.send":
                 await self._send(conn, frame)
+            elif kind == "auth":
+                try:
+                    token = parse_auth_frame(raw)
+                except ServiceError:
+                    raise CloseRequest(WS_POLICY_VIOLATION, "authentication failed") from None
+                conn.send_control(await self.credential.renew(token))
             # Unknown types are ignored, as clients ignore unknown server frames.
 
     async def _send(self, conn: ClientConnection, frame: dict) -> None:
@@ -270,7 +240,8 @@ class _Receiver:
             body = MessageCreate.model_validate(
                 {"content": payload.get("content"), "client_message_id": payload.get("client_message_id")}
             )
-            accepted = await self._messages.post(self._user, conn.conversation_id, body.content, body.client_message_id)
+            accepted = await self._messages.post(
+                self.credential.user, conn.conversation_id, body.content, body.client_message_id)
         except ValidationError as exc:
             conn.send_control({"type": "error", "data": {"error": "validation_error",
                                                          "detail": [e["msg"] for e in exc.errors()]}})

@@ -15,7 +15,8 @@ from shared.db import create_engine
 CHAT = {"conversations", "messages", "conversation_frames"}
 AGENT = {"conversation_agent_sessions", "pending_interactions", "dead_letters", "conversation_summaries"}
 TURNS = {"turns"}
-HEAD = "c0008_seq_without_redis"
+SIGN_IN = {"auth_sessions"}
+HEAD = "c0009_auth_sessions"
 # Columns each revision after c0002 adds, newest first: a downgrade past it removes them.
 ADDED_COLUMNS = [
     ("c0008_seq_without_redis", "conversations", {"seq_without_redis"}),
@@ -54,7 +55,7 @@ async def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     try:
         await migrate.upgrade(engine)
         assert await _current_revision(engine) == HEAD
-        assert CHAT | AGENT | TURNS <= await _table_names(engine)
+        assert CHAT | AGENT | TURNS | SIGN_IN <= await _table_names(engine)
         assert all(await _added_columns_present(engine))
         async with engine.connect() as conn:
             diff = await conn.run_sync(
@@ -65,12 +66,12 @@ async def test_upgrade_downgrade_upgrade(database_url: str) -> None:
         await migrate.downgrade(engine, "c0002")
         assert await _current_revision(engine) == "c0002"
         assert not any(await _added_columns_present(engine))
-        assert not (TURNS & await _table_names(engine))
+        assert not ((TURNS | SIGN_IN) & await _table_names(engine))
         await migrate.downgrade(engine, "c0001")
         tables = await _table_names(engine)
         assert CHAT <= tables and not (AGENT & tables)
         await migrate.downgrade(engine, "base")
-        assert not ((CHAT | AGENT | TURNS) & await _table_names(engine))
+        assert not ((CHAT | AGENT | TURNS | SIGN_IN) & await _table_names(engine))
         await migrate.upgrade(engine)
         assert await _current_revision(engine) == HEAD
         assert all(await _added_columns_present(engine))

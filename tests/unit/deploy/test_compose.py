@@ -94,7 +94,8 @@ def test_no_secret_has_a_default_and_compose_refuses_to_start_without_one() -> N
     assert "change-me" not in text.lower()
     references = _secret_references(text)
     optional = {name for name, uses in references.items() if uses == {(":-", "")}}
-    assert optional == {"LLM_API_KEY"}  # empty for the built-in model, never a made-up value
+    # Empty for the built-in model, and without an identity provider (its client secrets); never a made-up value.
+    assert optional == {"LLM_API_KEY", "AUTH_OIDC_CLIENT_SECRET", "AGENT_SERVICE_CLIENT_SECRET"}
     required = set(references) - optional
     assert {"AGENT_SERVICE_API_KEYS", "AGENT_SERVICE_API_KEY", "AUTH_JWT_SECRET", "POSTGRES_PASSWORD"} <= required
     for name in required:

@@ -59,3 +59,14 @@ def test_without_either_the_public_development_secret_is_used_with_a_warning(tmp
     token, stderr = _token(tmp_path)
     assert _signed_with(token, DEV_JWT_SECRET)
     assert "warning" in stderr and "public development secret" in stderr, stderr
+
+
+def test_with_an_identity_provider_no_development_token_is_printed(tmp_path: Path) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AUTH_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "conversation_service", "token", "--user", "alice"], cwd=tmp_path,
+        env={**clean, "AUTH_OIDC_ISSUER": "https://idp.example.com/realms/acme", "AUTH_OIDC_AUDIENCE": "chat"},
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+    assert done.returncode != 0 and done.stdout == ""
+    assert "AUTH_OIDC_ISSUER is set" in done.stderr and "identity provider" in done.stderr
