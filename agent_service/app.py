@@ -84,7 +84,7 @@ async def build_tools(
     fails when a profile names a tool there is not."""
     if tools is None:
         await index_knowledge(sessionmaker, settings.knowledge_dir)
-        tools = build_registry(sessionmaker)
+        tools = build_registry(sessionmaker, artifact_max_bytes=settings.artifact_max_bytes)
     profiles.check_tools(lambda name: find_tool(tools, name) is not None)
     return tools
 

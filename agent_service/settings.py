@@ -18,6 +18,7 @@ from shared.db import is_sqlite
 from shared.heap_profile import HeapProfileSettings
 from shared.llm.config import LLMSettings
 from shared.oidc.settings import OIDCSettings
+from shared.protocol import MAX_ARTIFACT_BYTES
 from shared.rate_limit.config import RateLimitSettings
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -74,6 +75,9 @@ class AgentServiceSettings(BaseSettings):
     replay_poll_seconds: Annotated[float, Field(gt=0)] = 0.5
     # Tool results are cut to this many characters before they go back to the model.
     max_tool_result_chars: Annotated[int, Field(gt=0)] = 16_000
+    # The largest file (or JSON object, serialised) a tool may hand the user as an artifact, in
+    # bytes: it travels in an event, is stored in the log and shown in the chat.
+    artifact_max_bytes: Annotated[int, Field(ge=1024, le=MAX_ARTIFACT_BYTES)] = 256 * 1024
     # Longest a tool call may take before the model is told it timed out.
     tool_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
     # Whole request bodies (message plus chat history) are refused with 413 above this.

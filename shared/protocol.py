@@ -10,9 +10,11 @@ New event types and fields may be added; existing ones are never renamed or remo
 
 from __future__ import annotations
 
+import binascii
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -21,6 +23,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 # Bounds that keep one request from exhausting the service. The message limit itself is a
@@ -110,6 +113,8 @@ class EventType(StrEnum):
     ERROR = "ERROR"
     # The run waits for room in a rate limit before its next model call (non-terminal).
     WAITING = "WAITING"
+    # Something a tool made for the user beside the answer: a file, a link, data (non-terminal).
+    ARTIFACT = "ARTIFACT"
 
 
 # Events after which a run's stream ends: the run finished, failed or paused for the user.
@@ -175,6 +180,16 @@ class Usage(BaseModel):
 class CompleteData(BaseModel):
     answer: str
     usage: Usage = Usage()
+    # The agent answered with a direct reply (its ``reply`` tool): a simple exchange with nothing
+    # to follow, which A2A hands back as a Message. Absent when false, so a COMPLETE reads as it did.
+    direct: bool = False
+
+    @model_serializer(mode="wrap")
+    def _without_false_direct(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if not data.get("direct"):
+            data.pop("direct", None)
+        return data
 
 
 class ErrorCode(StrEnum):
@@ -207,6 +222,49 @@ class ErrorData(BaseModel):
         return data
 
 
+# The hard outer cap of one artifact's content in bytes (a file's, or a JSON object's serialised);
+# the Agent Service's setting caps lower. Its base64 stays well inside a client's 1 MiB event limit.
+MAX_ARTIFACT_BYTES = 512 * 1024
+MAX_URL_CHARS = 2048
+_MAX_BASE64_CHARS = 4 * ((MAX_ARTIFACT_BYTES + 2) // 3)
+# What a client may do with an artifact's link: open it in a browser, nothing else (no javascript:).
+ARTIFACT_URL_SCHEMES = frozenset({"http", "https"})
+
+
+class ArtifactData(BaseModel):
+    """Something a tool made for the user, beside the answer; exactly one of: ``text`` (a text
+    file's content), ``bytes`` (a file's content, base64), ``url`` (a link to it) or ``data`` (a JSON
+    object). ``call_id``: the tool call that made it."""
+
+    artifact_id: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
+    name: Annotated[str, Field(min_length=1, max_length=255)]
+    media_type: Annotated[str, Field(min_length=3, max_length=255)]
+    call_id: Annotated[str | None, Field(max_length=MAX_ID_CHARS)] = None
+    description: Annotated[str | None, Field(max_length=1000)] = None
+    text: Annotated[str | None, Field(max_length=MAX_ARTIFACT_BYTES)] = None
+    bytes: Annotated[str | None, Field(max_length=_MAX_BASE64_CHARS)] = None
+    url: Annotated[str | None, Field(max_length=MAX_URL_CHARS)] = None
+    data: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_content(self) -> ArtifactData:
+        present = [name for name in ("text", "bytes", "url", "data") if getattr(self, name) is not None]
+        if len(present) != 1:
+            raise ValueError(f"an artifact holds exactly one of text, bytes, url, data (got {present or 'none'})")
+        if self.bytes is not None:
+            try:
+                binascii.a2b_base64(self.bytes, strict_mode=True)
+            except binascii.Error:
+                raise ValueError("bytes is not base64") from None
+        if self.url is not None and urlsplit(self.url).scheme.lower() not in ARTIFACT_URL_SCHEMES:
+            raise ValueError("url is an http or https link")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _only_present(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
 EVENT_DATA_MODELS: dict[EventType, type[BaseModel]] = {
     EventType.THOUGHT: ThoughtData,
     EventType.TOOL_START: ToolStartData,
@@ -216,6 +274,7 @@ EVENT_DATA_MODELS: dict[EventType, type[BaseModel]] = {
     EventType.COMPLETE: CompleteData,
     EventType.ERROR: ErrorData,
     EventType.WAITING: WaitingData,
+    EventType.ARTIFACT: ArtifactData,
 }
 
 

@@ -4,7 +4,8 @@
 - ``jsonrpc``, ``router``: the JSON-RPC and HTTP+JSON bindings; ``transport``: what both check
   (API key, ``A2A-Version``) and how they frame SSE; ``errors``: the A2A error vocabulary
 - ``service``: the operations (send, get, list, cancel); ``streams``: streaming and subscriptions
-- ``projection``: a task folded from the event log (the mapping of events to A2A); ``reader``,
+- ``projection``: a task folded from the event log (the mapping of events to A2A; ``artifacts``:
+  what a tool made for the user, as an A2A artifact); ``reader``,
   ``repository``: reading tasks back from the runs' tables; ``inbound``: what a message asks
 - ``context``: the A2A message a run serves, for the run's hooks and model
 

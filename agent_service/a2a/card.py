@@ -39,7 +39,8 @@ def build_card(settings: AgentServiceSettings, profiles: ProfileStore, base_url:
         "name": "TaskForce Agent",
         "description": (
             "A tool-using ReAct agent: it reasons, calls tools (calculator, document search, clock), "
-            "asks when a detail is missing, and streams its work."
+            "asks when a detail is missing, writes files and hands over links and data (artifacts), "
+            "and streams its work."
         ),
         "version": "1.0",
         "supportedInterfaces": [

@@ -1,7 +1,8 @@
 """What an A2A message asks of the agent: its text, the skill, the user it acts for.
 
 The agent reads text: text parts as they are, data parts as their JSON. Files (``raw``, ``url``)
-are refused with ContentTypeNotSupportedError, as is a client that accepts no text back.
+are refused with ContentTypeNotSupportedError, as is a client that accepts no text back (the
+answer is text; files and data its tools make come beside it).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from agent_service.a2a.errors import ContentTypeNotSupported, InvalidParams, Pus
 from agent_service.a2a.schemas import Message, Part, Role, SendMessageRequest
 from shared.protocol import UserContext
 
-# What the agent reads (a text part of these media types, or a data part) and writes.
+# What the agent reads (a text part of these media types, or a data part) and writes: its answer,
+# and data (its tools' calls and results, emit_data); files its tools write are of their own types.
 INPUT_MODES = ("text/plain", "application/json")
-OUTPUT_MODES = ("text/plain",)
+OUTPUT_MODES = ("text/plain", "application/json")
 _TEXT_TYPES = ("text/", "application/json")
 _ACCEPTS_TEXT = frozenset({"text/plain", "text/*", "text", "*/*", "text/markdown"})
 
@@ -29,7 +31,7 @@ def check_request(request: SendMessageRequest) -> None:
         raise PushNotificationNotSupported("this agent sends no push notifications; stream or poll the task")
     if config.accepted_output_modes and not _ACCEPTS_TEXT.intersection(m.lower() for m in config.accepted_output_modes):
         raise ContentTypeNotSupported(
-            f"this agent answers in {', '.join(OUTPUT_MODES)}; the request accepts only "
+            f"this agent's answer is text (text/plain); the request accepts only "
             f"{', '.join(config.accepted_output_modes)}"
         )
     if request.message.role is not Role.USER:

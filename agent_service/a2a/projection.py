@@ -12,11 +12,13 @@ snapshot come from the same fold, so a subscriber's snapshot and the updates aft
 |---|---|
 | THOUGHT, TOOL_START, TOOL_END, WAITING | status update WORKING, the event in its message |
 | ANSWER_CHUNK | artifact ``answer``, appended chunk by chunk (``append``; ``lastChunk`` at the end) |
+| ARTIFACT | an artifact of its own, whole in one update: a file, link or data part (``artifacts``) |
 | ASK_USER | status update INPUT_REQUIRED, the question in its message (and in the history) |
-| COMPLETE | status update COMPLETED |
+| COMPLETE | status update COMPLETED; a direct reply's carries the reply as its message |
 | ERROR | FAILED; CANCELED for ``CANCELLED``; REJECTED for a request the agent refused |
 
 Every update carries the event's ``seq`` in its ``metadata`` (the resume extension, ``card``).
+A task's artifacts are in the order they first appeared.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from agent_service.a2a.artifacts import a2a_artifact
 from agent_service.a2a.schemas import TERMINAL_STATES, Role, TaskState
-from shared.protocol import ErrorCode, EventEnvelope, EventType
+from shared.protocol import ArtifactData, ErrorCode, EventEnvelope, EventType
 
 ANSWER_ARTIFACT = "answer"
 # Runs that ended this way were refused rather than failed: the request was too large for the
@@ -58,6 +61,9 @@ class TaskProjection:
     status_ts: datetime | None = None
     status_message: dict[str, Any] | None = None
     answer: list[str] = field(default_factory=list)
+    # The artifacts tools made (A2A objects), and where among them the answer's stands.
+    made: list[dict[str, Any]] = field(default_factory=list)
+    answer_at: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     # The seq of the last event applied (0: none yet).
     last_seq: int = 0
@@ -67,6 +73,8 @@ class TaskProjection:
     # The question the task waits for an answer to (INPUT_REQUIRED).
     question_id: str | None = None
     artifact_open: bool = False
+    # The run ended with a direct reply: a client that waited gets it as a Message.
+    direct: bool = False
 
     def __post_init__(self) -> None:
         if self.run_id is None:
@@ -100,13 +108,21 @@ class TaskProjection:
             status["message"] = self.status_message
         task: dict[str, Any] = {"id": self.task_id, "contextId": self.context_id, "status": status}
         if artifacts:
-            text = "".join(self.answer)
-            task["artifacts"] = [self._artifact(text)] if self.answer else []
+            task["artifacts"] = self.artifacts()
         history = self.history if history_length is None else self.history[-history_length:] if history_length else []
         if history:
             task["history"] = history
         task["metadata"] = {"seq": self.last_seq}
         return task
+
+    def artifacts(self) -> list[dict[str, Any]]:
+        if not self.answer:
+            return list(self.made)
+        return [*self.made[: self.answer_at], self._artifact("".join(self.answer)), *self.made[self.answer_at:]]
+
+    def reply(self) -> dict[str, Any] | None:
+        """The Message a direct reply is (its text, and what the run made as parts), once it is whole."""
+        return self.status_message if self.direct and self.state is TaskState.COMPLETED else None
 
     def _artifact(self, text: str) -> dict[str, Any]:
         return {"artifactId": f"{self.task_id}-{ANSWER_ARTIFACT}", "name": ANSWER_ARTIFACT, "parts": [{"text": text}]}
@@ -174,8 +190,21 @@ def _on_waiting(p: TaskProjection, env: EventEnvelope) -> list[StreamResponse]:
 def _on_chunk(p: TaskProjection, env: EventEnvelope) -> list[StreamResponse]:
     text = str(env.data.get("text", ""))
     out = p._working(env)
+    if not p.answer:
+        p.answer_at = len(p.made)
     p.answer.append(text)
     out.append(p._chunk(env, text, last=False))
+    return out
+
+
+def _on_artifact(p: TaskProjection, env: EventEnvelope) -> list[StreamResponse]:
+    artifact = a2a_artifact(ArtifactData.model_validate(env.data))
+    out = p._working(env)
+    p.made.append(artifact)
+    out.append({"artifactUpdate": {
+        "taskId": p.task_id, "contextId": p.context_id, "artifact": artifact, "append": False, "lastChunk": True,
+        "metadata": _meta(env),
+    }})
     return out
 
 
@@ -196,7 +225,12 @@ def _on_ask_user(p: TaskProjection, env: EventEnvelope) -> list[StreamResponse]:
 
 def _on_complete(p: TaskProjection, env: EventEnvelope) -> list[StreamResponse]:
     out = p._close_answer(env)
-    out.append(p._status(env, TaskState.COMPLETED, None))
+    p.direct = bool(env.data.get("direct"))
+    reply = None
+    if p.direct:
+        made = [part for artifact in p.made for part in artifact["parts"]]
+        reply = [{"text": str(env.data.get("answer", ""))}, *made]
+    out.append(p._status(env, TaskState.COMPLETED, reply))
     return out
 
 
@@ -217,6 +251,7 @@ _HANDLERS = {
     EventType.TOOL_END: _on_tool_end,
     EventType.WAITING: _on_waiting,
     EventType.ANSWER_CHUNK: _on_chunk,
+    EventType.ARTIFACT: _on_artifact,
     EventType.ASK_USER: _on_ask_user,
     EventType.COMPLETE: _on_complete,
     EventType.ERROR: _on_error,

@@ -132,10 +132,12 @@ class A2AService:
 
     async def send(self, request: SendMessageRequest) -> dict[str, Any]:
         """SendMessage: the task once its run ended or asked for input (blocking, the default), or
-        as it is at once (``returnImmediately``)."""
+        as it is at once (``returnImmediately``). A run the agent ended with a direct reply answers
+        a client that waited with that reply, a Message (which names its task: runs are durable)."""
         started = await self.start(request)
         handle = started.handle
-        if request.configuration.return_immediately:
+        waited = not request.configuration.return_immediately
+        if not waited:
             if handle.live is not None:
                 self._log.unsubscribe(handle.session_id, handle.live)
         else:
@@ -144,6 +146,9 @@ class A2AService:
                 encode=_nothing,
             )
         projection = await self.reader.read(started.row)
+        reply = projection.reply() if waited else None
+        if reply is not None:
+            return {"message": reply}
         return {"task": projection.task(request.configuration.history_length)}
 
     # --- GetTask, CancelTask, ListTasks --------------------------------------------------------

@@ -59,7 +59,7 @@ def ending_of(outcome: Outcome, state: RunState, start_transcript: list[dict[str
     """A completed or paused run leaves its transcript on the session (a paused one also where it
     stands and its question); a failed one leaves the transcript it started from."""
     if isinstance(outcome, Completed):
-        data = CompleteData(answer=outcome.answer, usage=outcome.usage)
+        data = CompleteData(answer=outcome.answer, usage=outcome.usage, direct=outcome.direct)
         return Ending(EventType.COMPLETE, data, SessionStatus.COMPLETED, state.transcript_json())
     if isinstance(outcome, Paused):
         q = outcome.question

@@ -1,7 +1,7 @@
 """The ReAct loop: model → tool calls → results back to the model → … → answer.
 
 The engine knows nothing of HTTP or the database. It emits non-terminal events (THOUGHT,
-TOOL_START, TOOL_END, ANSWER_CHUNK) through ``emit`` and returns how the run ended
+TOOL_START, ARTIFACT, TOOL_END, ANSWER_CHUNK) through ``emit`` and returns how the run ended
 (``Completed``, ``Paused`` for ASK_USER, ``Failed``); the run manager turns that outcome into the
 terminal event and the session's new state. All it needs to continue later lives in ``RunState``
 (``runs.state``).
@@ -45,18 +45,22 @@ from agent_service.runs.state import (
     RunContext,
     RunState,
     as_text,
+    close_pending_calls,
 )
 from agent_service.tools.ask_user import ASK_USER_TOOL_NAME, validate_question
-from agent_service.tools.base import Tool, ToolContext, ToolError
+from agent_service.tools.base import Tool, ToolContext, ToolError, ToolOutput
+from agent_service.tools.reply import NOT_RUN, REPLY_TOOL_NAME, SENT, validate_reply
 from shared.fastpath.fair_share import fair_share
 from shared.llm.base import (
     CompletionOptions,
     LLMError,
     LLMMessage,
     LLMProvider,
+    TextDelta,
     ToolCall,
 )
 from shared.protocol import (
+    ArtifactData,
     AskUserKind,
     ErrorCode,
     EventType,
@@ -157,9 +161,9 @@ class ReActEngine:
                     self._tool_result(state, call, REFUSED_RESULT)
             else:
                 self._tool_result(state, call, {"answer": resume.text})
-        paused = await self._run_pending(ctx, state, emit)
-        if paused is not None:
-            return paused
+        ended = await self._run_pending(ctx, state, emit, answer)
+        if ended is not None:
+            return ended
 
         profile = ctx.profile
         specs = [tool.spec() for name in profile.tools if (tool := find_tool(self.tools, name)) is not None]
@@ -184,9 +188,9 @@ class ReActEngine:
             if not calls:
                 return Completed(answer="".join(answer), usage=state.usage)
             state.pending_calls = list(calls)
-            paused = await self._run_pending(ctx, state, emit)
-            if paused is not None:
-                return paused
+            ended = await self._run_pending(ctx, state, emit, answer)
+            if ended is not None:
+                return ended
         return Failed(
             ErrorCode.MAX_STEPS_EXCEEDED, f"no answer within the profile's limit of {profile.max_steps} steps"
         )
@@ -223,12 +227,7 @@ class ReActEngine:
     ) -> ModelReply:
         """The model's reply, each event taken as it arrives; nothing is emitted before ``ready`` (the
         run's claim may still be committing while the model starts: ``early_start``)."""
-        on_chunk = None
-        if self.hooks.wants(HookPoint.ANSWER_CHUNK):
-            async def on_chunk(text: str) -> None:
-                await self.hooks.call(HookPoint.ANSWER_CHUNK, AnswerChunk(run, text))
-
-        reply = ModelReply(emit, step, on_chunk)
+        reply = ModelReply(emit, step, self._chunk_hooks(run))
         started = time.perf_counter()
         stream = self.provider.stream(prompt.messages, tools=specs, options=prompt.options)
         try:
@@ -247,6 +246,16 @@ class ReActEngine:
         reply.end_reasoning()
         return reply
 
+    def _chunk_hooks(self, run: RunInfo) -> Callable[[str], Awaitable[None]] | None:
+        """What tells the ``answer_chunk`` hooks of each chunk, when any are loaded."""
+        if not self.hooks.wants(HookPoint.ANSWER_CHUNK):
+            return None
+
+        async def on_chunk(text: str) -> None:
+            await self.hooks.call(HookPoint.ANSWER_CHUNK, AnswerChunk(run, text))
+
+        return on_chunk
+
     async def _take_budget(
         self, run: RunInfo, model: str, messages: list[LLMMessage], emit: Emit, ready: Awaitable[None] | None,
     ) -> None:
@@ -264,10 +273,18 @@ class ReActEngine:
 
         await self.limiter.acquire(run.org_id, model, input_tokens, on_wait)
 
-    async def _run_pending(self, ctx: RunContext, state: RunState, emit: Emit) -> Paused | None:
-        """Execute the pending tool calls in order; stop at one that needs the user."""
+    async def _run_pending(
+        self, ctx: RunContext, state: RunState, emit: Emit, answer: list[str],
+    ) -> Paused | Completed | None:
+        """Execute the pending tool calls in order; stop at one that needs the user, or at a reply."""
         while state.pending_calls:
             call = state.pending_calls[0]
+            if call.name == REPLY_TOOL_NAME and call.name in ctx.profile.tools:
+                state.pending_calls.pop(0)
+                replied = await self._reply(ctx, state, call, emit, answer)
+                if replied is not None:
+                    return replied
+                continue
             if call.name == ASK_USER_TOOL_NAME and call.name in ctx.profile.tools:
                 try:
                     question = validate_question(call.arguments)
@@ -285,6 +302,25 @@ class ReActEngine:
             state.pending_calls.pop(0)
             await self._execute(ctx, state, call, emit)
         return None
+
+    async def _reply(
+        self, ctx: RunContext, state: RunState, call: ToolCall, emit: Emit, answer: list[str],
+    ) -> Completed | None:
+        """The model's direct reply: its text is the answer, streamed as any answer is, and the run
+        ends with it (None: a malformed reply, which goes back to the model like any tool error)."""
+        try:
+            text = validate_reply(call.arguments)
+        except ToolError as exc:
+            self._tool_result(state, call, {"error": str(exc)})
+            return None
+        reply = ModelReply(emit, state.steps, self._chunk_hooks(run_info(ctx)))
+        await reply.take(TextDelta(text))
+        answer.extend(reply.text)
+        self._tool_result(state, call, SENT)
+        # Calls the model made after its reply in the same turn get a result, so the transcript
+        # stays valid for the session's next run.
+        close_pending_calls(state, NOT_RUN)
+        return Completed(answer="".join(answer), usage=state.usage, direct=True)
 
     def _pause(
         self, call: ToolCall, kind: AskUserKind, question: str, tool: str | None = None,
@@ -306,12 +342,20 @@ class ReActEngine:
         emit(EventType.TOOL_START, ToolStartData(call_id=call.id, tool=call.name, args=call.arguments))
         state.usage.tool_calls += 1
         started = time.perf_counter()
+        artifacts: tuple[ArtifactData, ...] = ()
         if before.refusal is not None:
             ok, result, error = False, None, before.refusal
         else:
             ok, result, error = await self._invoke(ctx, call)
+        if isinstance(result, ToolOutput):
+            result, artifacts = result.result, result.artifacts
         duration = time.perf_counter() - started
         self.metrics.tool_latency.labels(call.name).observe(duration)
+        for artifact in artifacts:
+            # Made by this call: between its start and its end.
+            behind = emit(EventType.ARTIFACT, artifact.model_copy(update={"call_id": call.id}))
+            if behind is not None:
+                await behind
         emit(
             EventType.TOOL_END,
             ToolEndData(

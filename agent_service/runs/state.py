@@ -88,6 +88,8 @@ class RunContext:
 class Completed:
     answer: str
     usage: Usage
+    # The model ended the run with a direct reply (the ``reply`` tool).
+    direct: bool = False
 
 
 @dataclass(frozen=True)

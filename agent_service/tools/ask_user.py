@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from agent_service.tools.base import Tool, ToolContext, ToolError
+from agent_service.tools.base import Tool, ToolContext, ToolError, required_text
 
 ASK_USER_TOOL_NAME = "ask_user"
 MAX_QUESTION_CHARS = 1000
@@ -17,12 +17,7 @@ MAX_QUESTION_CHARS = 1000
 
 def validate_question(args: dict[str, Any]) -> str:
     """The question of an ``ask_user`` call, checked; for the run engine before it pauses."""
-    question = args.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise ToolError("'question' (a non-empty string) is required")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise ToolError(f"the question is too long (at most {MAX_QUESTION_CHARS} characters)")
-    return question.strip()
+    return required_text(args, "question", MAX_QUESTION_CHARS)
 
 
 class AskUserTool(Tool):

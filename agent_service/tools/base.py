@@ -1,7 +1,9 @@
 """The tool interface: a name, a description the model reads and a JSON Schema of the arguments.
 
 ``run`` returns a JSON-serialisable result or raises ``ToolError`` with a message the model can
-read and act on (the run goes on; TOOL_END reports ``ok: false``).
+read and act on (the run goes on; TOOL_END reports ``ok: false``). A tool that makes something
+for the user (a file, a link, data) returns a ``ToolOutput``: the model reads its ``result``, and
+each of its ``artifacts`` becomes an ARTIFACT event of the run.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from shared.llm.base import ToolSpec
-from shared.protocol import UserContext
+from shared.protocol import ArtifactData, UserContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +23,26 @@ class ToolContext:
     user_context: UserContext
 
 
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A result for the model, and what the call made for the user beside it."""
+
+    result: Any
+    artifacts: tuple[ArtifactData, ...] = ()
+
+
 class ToolError(Exception):
     """A failure the model is told about (bad arguments, nothing found, limit exceeded)."""
+
+
+def required_text(args: dict[str, Any], key: str, max_chars: int) -> str:
+    """The string argument ``key``, not blank and at most ``max_chars`` long, stripped."""
+    value = args.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ToolError(f"'{key}' (a non-empty string) is required")
+    if len(value) > max_chars:
+        raise ToolError(f"'{key}' is too long (at most {max_chars} characters)")
+    return value.strip()
 
 
 class Tool(ABC):

@@ -9,8 +9,12 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from agent_service.tools.ask_user import AskUserTool
 from agent_service.tools.base import Tool, ToolError
 from agent_service.tools.calculator import CalculatorTool
+from agent_service.tools.create_file import CreateFileTool
 from agent_service.tools.current_time import CurrentTimeTool
+from agent_service.tools.emit_data import EmitDataTool
 from agent_service.tools.knowledge_search import KnowledgeSearchTool
+from agent_service.tools.reply import ReplyTool
+from agent_service.tools.share_link import ShareLinkTool
 
 
 class UnknownToolError(ToolError, LookupError):
@@ -36,6 +40,10 @@ class ToolRegistry:
             raise UnknownToolError(name, self._tools) from None
 
 
-def build_registry(sessionmaker: async_sessionmaker) -> ToolRegistry:
-    """Every built-in tool (``knowledge_search`` answers from what ``knowledge.indexer`` loaded)."""
-    return ToolRegistry([CalculatorTool(), KnowledgeSearchTool(sessionmaker), CurrentTimeTool(), AskUserTool()])
+def build_registry(sessionmaker: async_sessionmaker, *, artifact_max_bytes: int) -> ToolRegistry:
+    """Every built-in tool (``knowledge_search`` answers from what ``knowledge.indexer`` loaded; the
+    tools that hand the user a file or data take at most ``artifact_max_bytes``)."""
+    return ToolRegistry([
+        CalculatorTool(), KnowledgeSearchTool(sessionmaker), CurrentTimeTool(), AskUserTool(),
+        CreateFileTool(artifact_max_bytes), ShareLinkTool(), EmitDataTool(artifact_max_bytes), ReplyTool(),
+    ])

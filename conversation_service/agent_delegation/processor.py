@@ -19,6 +19,8 @@ Mapping (DESIGN §5):
                                             starts in the message, so a delta sent again after a
                                             takeover replaces instead of repeating)
     WAITING       -> agent.waiting         (reason, wait_s, until: the page counts down)
+    ARTIFACT      -> agent.artifact        (a file, link or data the agent made; kept in the message's
+                                            agent metadata, written at this boundary)
     ASK_USER      -> message.completed (the question as text, for clients that know no agent.*)
                      + agent.ask_user; a pending interaction row; session AWAITING_USER
     COMPLETE      -> message.completed + agent.complete; the final message written once
@@ -58,6 +60,7 @@ from conversation_service.interactions.repository import InteractionRepository
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.metrics import AgentMetrics, agent_events_received
 from conversation_service.realtime.frames import (
+    AgentArtifact,
     AgentAskUser,
     AgentComplete,
     AgentError,
@@ -65,6 +68,7 @@ from conversation_service.realtime.frames import (
     AgentToolEnd,
     AgentToolStart,
     AgentWaiting,
+    FrameData,
     MessageDelta,
     TurnProgress,
 )
@@ -77,6 +81,7 @@ from shared.fastpath.deferred import DeferredWrite
 from shared.fastpath.fair_share import fair_share
 from shared.fastpath.handoff import Handoff
 from shared.protocol import (
+    ArtifactData,
     AskUserData,
     CompleteData,
     ErrorData,
@@ -275,6 +280,10 @@ class AgentEventProcessor:
                 )
             case EventType.TOOL_END:
                 await self._tool_end(state, ToolEndData.model_validate(envelope.data))
+            case EventType.ARTIFACT:
+                frame = AgentArtifact.of(turn.message_id, ArtifactData.model_validate(envelope.data))
+                state.artifacts.append({k: v for k, v in frame.data().items() if k != "message_id"})
+                await self._boundary(state, frame)
             case EventType.WAITING:
                 data = WaitingData.model_validate(envelope.data)
                 await self._publisher.emit(cid, AgentWaiting(
@@ -300,6 +309,12 @@ class AgentEventProcessor:
                      error=data.error, result_preview=preview)
         frame = AgentToolEnd(turn.message_id, data.call_id, entry.get("tool"), data.ok, data.duration_ms, data.error,
                              preview)
+        await self._boundary(state, frame)
+
+    async def _boundary(self, state: _TurnState, frame: FrameData) -> None:
+        """A frame that changes what the message's agent metadata holds (a tool's end, an
+        artifact): out at once, then the metadata written, after the turn's start is."""
+        turn = state.turn
         await self._publisher.emit(turn.conversation.id, frame, boundary=True, progress=turn.progress(state.last_seq or 0))
         await turn.recorded()
         metadata = state.metadata()
@@ -440,23 +455,27 @@ MAX_COALESCED_CHUNKS = 64
 
 
 class _TurnState:
-    __slots__ = ("chars", "last_seq", "outcome", "parts", "tools", "turn")
+    __slots__ = ("artifacts", "chars", "last_seq", "outcome", "parts", "tools", "turn")
 
     def __init__(self, turn: AgentTurn) -> None:
         self.turn = turn
         self.parts: list[str] = []
         self.chars = 0  # the length of the text so far: the next delta's offset
         self.tools: dict[str, dict[str, Any]] = {}
+        # What the agent made for the user, as the page reads it (agent.artifact's data).
+        self.artifacts: list[dict[str, Any]] = []
         self.last_seq: int | None = None
         self.outcome: TurnOutcome | None = None  # the first terminal event's: the turn is over
 
     def metadata(self, **extra: Any) -> dict[str, Any]:
+        made = {"artifacts": self.artifacts} if self.artifacts else {}
         return {
             **self.turn.metadata,
             "path": "agent",
             "in_reply_to": self.turn.in_reply_to,
             "agent_session_id": self.turn.agent_session_id,
             "tools": self.tools,
+            **made,
             "last_event_seq": self.last_seq,
             **extra,
         }

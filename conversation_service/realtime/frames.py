@@ -12,6 +12,8 @@ from typing import Any, ClassVar
 
 import orjson
 
+from shared.protocol import ArtifactData
+
 
 class FrameType:
     MESSAGE_CREATED = "message.created"
@@ -28,6 +30,8 @@ class FrameType:
     AGENT_ERROR = "agent.error"
     # The agent waits for room in a rate limit: reason, wait_s and until (when it carries on).
     AGENT_WAITING = "agent.waiting"
+    # Something the agent made for the user beside its answer: a file, a link or data.
+    AGENT_ARTIFACT = "agent.artifact"
     # The user asked for another answer in place of this one (regenerate, retry): pages drop it;
     # it stays in the stored history as ``replaced``. The new answer follows as a new message.
     MESSAGE_REPLACED = "message.replaced"
@@ -147,6 +151,32 @@ class AgentWaiting(FrameData):
 
 
 @dataclass(frozen=True, slots=True)
+class AgentArtifact(FrameData):
+    """Something the agent made for the user beside its answer (an ARTIFACT event): a file
+    (``text``, or ``bytes`` in base64), a link (``url``, http or https) or data (``json``, an
+    object); exactly one of the four is sent, and ``description`` when there is one."""
+
+    TYPE: ClassVar[str] = FrameType.AGENT_ARTIFACT
+    message_id: str
+    artifact_id: str
+    name: str
+    media_type: str
+    description: str | None = None
+    text: str | None = None
+    bytes: str | None = None
+    url: str | None = None
+    json: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, message_id: str, artifact: ArtifactData) -> AgentArtifact:
+        return cls(message_id, artifact.artifact_id, artifact.name, artifact.media_type, artifact.description,
+                   artifact.text, artifact.bytes, artifact.url, artifact.data)
+
+    def data(self) -> dict[str, Any]:
+        return {name: value for name in self.__slots__ if (value := getattr(self, name)) is not None}
+
+
+@dataclass(frozen=True, slots=True)
 class AgentAskUser(FrameData):
     TYPE: ClassVar[str] = FrameType.AGENT_ASK_USER
     message_id: str
@@ -201,7 +231,7 @@ class ConversationDeleted(FrameData):
 FRAME_DATA: dict[str, type[FrameData]] = {
     cls.TYPE: cls for cls in (
         MessageCreated, MessageDelta, MessageCompleted, MessageError, MessageReplaced, AgentThinking,
-        AgentToolStart, AgentToolEnd, AgentWaiting, AgentAskUser, AgentComplete, AgentError, Notice,
+        AgentToolStart, AgentToolEnd, AgentWaiting, AgentArtifact, AgentAskUser, AgentComplete, AgentError, Notice,
         ConversationDeleted,
     )
 }

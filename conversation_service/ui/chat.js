@@ -29,6 +29,7 @@ export class ChatView {
 
   clear() {
     this.countdown.stop();
+    for (const view of this.messages.values()) view.dispose();
     this.messages.clear();
     this.cards.clear();
     this.decisions.clear();
@@ -83,6 +84,7 @@ export class ChatView {
         }
       }
     }
+    if (Array.isArray(meta.artifacts)) for (const artifact of meta.artifacts) view.artifact(artifact);
     if (!view.final) this.fill(view, msg);
     // The history says how each question stands (loadHistory); live, a new agent turn settles them.
     if (msg.role === "assistant" && meta.path === "agent" && !known && !this.loadingHistory) this.settleCards(meta);
@@ -112,6 +114,7 @@ export class ChatView {
   remove(id) {
     const view = this.messages.get(id);
     if (!view) return;
+    view.dispose();
     view.li.remove();
     this.messages.delete(id);
   }
@@ -243,6 +246,9 @@ export class ChatView {
         break;
       case "agent.waiting":
         this.countdown.start(d, view());
+        break;
+      case "agent.artifact":
+        view()?.artifact(d);
         break;
       case "agent.complete":
         this.status.set("");

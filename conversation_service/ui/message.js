@@ -1,5 +1,7 @@
 // One message on screen: who wrote it, the agent's thinking and tool steps, the text (Markdown for
-// answers, plain text for what the user typed) and, once an answer is finished, its copy button.
+// answers, plain text for what the user typed), what the agent made for the user (files, links,
+// data) and, once an answer is finished, its copy button.
+import { artifactItem } from "./artifacts.js";
 import { button, el, formatDuration, formatTime } from "./dom.js";
 import { copyButton, renderMarkdown } from "./markdown.js";
 
@@ -103,6 +105,10 @@ export class MessageView {
     this.toolList = el("ol", "tools");
     this.toolList.hidden = true;
     this.body = el("div", this.role === "user" ? "body plain" : "body");
+    this.artifacts = new Map();
+    this.artifactList = el("ul", "artifacts");
+    this.artifactList.setAttribute("aria-label", "Files and data from the agent");
+    this.artifactList.hidden = true;
     this.errorLine = el("div", "error-text");
     this.errorLine.hidden = true;
     this.stoppedLine = el("div", "stopped-text", "Stopped");
@@ -116,8 +122,8 @@ export class MessageView {
     this.retryable = true;   // a failed reply may be retried unless its error said otherwise
     this.controls = el("div", "msg-controls");
     this.controls.hidden = true;
-    this.li.append(meta, this.thinking, this.toolList, this.body, this.errorLine, this.stoppedLine, this.actions,
-                   this.controls);
+    this.li.append(meta, this.thinking, this.toolList, this.body, this.artifactList, this.errorLine, this.stoppedLine,
+                   this.actions, this.controls);
   }
 
   // kind: "regenerate", "retry" or null (none).
@@ -204,6 +210,24 @@ export class MessageView {
     if (typeof text !== "string" || !text.trim()) return;
     this.thinking.append(el("p", "thought", text));
     this.thinking.hidden = false;
+  }
+
+  // Something the agent made (an agent.artifact frame, or the message's stored artifacts): once per id.
+  artifact(data) {
+    if (!data || typeof data.artifact_id !== "string" || this.artifacts.has(data.artifact_id)) return;
+    const item = artifactItem(data);
+    if (!item) return;
+    this.artifacts.set(data.artifact_id, item);
+    this.artifactList.append(item);
+    this.artifactList.hidden = false;
+  }
+
+  // The message leaves the page: the files it held for download are let go.
+  dispose() {
+    for (const item of this.artifacts.values()) {
+      const file = item.querySelector("a.artifact-file");
+      if (file) URL.revokeObjectURL(file.href);
+    }
   }
 
   tool(callId, name) {

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from playwright.async_api import Browser, Locator, Page, WebSocketRoute, expect
 
+from conversation_service.realtime.frames import AgentToolEnd, AgentToolStart
 from tests.e2e.support import assistant_after, chat_stack
 from tests.e2e.test_question_cards import AGENT_REPLY_AFTER_CARD
 from tests.support.fake_openai import FakeOpenAI, TextReply
@@ -275,15 +276,13 @@ async def test_the_agents_thinking_and_tool_calls(page: Page, tmp_path) -> None:
         message_id = await answer.get_attribute("data-message-id")
         long_result = {"results": [{"title": f"Document {i}", "snippet": "word " * 12} for i in range(12)]}
         emit = stack.state.realtime.publisher.emit
-        await emit(cid, "agent.tool_start", {"message_id": message_id, "call_id": "c-long",
-                                             "tool": "knowledge_search", "args": {"query": "deploy", "top_k": 12}})
+        await emit(cid, AgentToolStart(message_id, "c-long", "knowledge_search", {"query": "deploy", "top_k": 12}))
         long_tool = answer.locator("li.tool[data-call-id='c-long']")
         await expect(long_tool).to_have_attribute("data-state", "running")
         await expect(long_tool.locator(".tool-state")).to_have_text("running…")
         await expect(long_tool.locator(".tool-args")).to_have_text('{\n  "query": "deploy",\n  "top_k": 12\n}')
-        await emit(cid, "agent.tool_end", {"message_id": message_id, "call_id": "c-long", "tool": "knowledge_search",
-                                           "ok": True, "duration_ms": 1520.0, "error": None,
-                                           "result_preview": json.dumps(long_result)})
+        await emit(cid, AgentToolEnd(message_id, "c-long", "knowledge_search", True, 1520.0, None,
+                                     json.dumps(long_result)))
         await expect(long_tool.locator(".tool-state")).to_have_text("done in 1.5 s")
         shown = long_tool.locator(".tool-result")
         more = long_tool.get_by_role("button", name="Show more")

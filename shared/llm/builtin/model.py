@@ -15,11 +15,24 @@ import orjson
 
 from shared.llm.base import LLMMessage
 from shared.llm.builtin.skill import BuiltinReply, ToolResult, Turn
-from shared.llm.builtin.skills import arithmetic, clock, memory, names, search, small_talk, summary, trips
+from shared.llm.builtin.skills import (
+    arithmetic,
+    clock,
+    files,
+    memory,
+    names,
+    search,
+    small_talk,
+    summary,
+    trips,
+)
 
-# Decision order. Facts about the user (names, then the rest) first; a pending trip question comes before arithmetic (the trip skill itself lets a
-# sum through), and search and small talk come last: their patterns are the loosest.
-SKILLS = (names.SKILL, memory.SKILL, clock.SKILL, trips.SKILL, arithmetic.SKILL, search.SKILL, small_talk.SKILL)
+# Decision order. Facts about the user (names, then the rest) first; a request to save the previous
+# answer before the skills its words could match (a trip, a sum); a pending trip question comes
+# before arithmetic (the trip skill itself lets a sum through), and search and small talk come
+# last: their patterns are the loosest.
+SKILLS = (names.SKILL, memory.SKILL, files.SKILL, clock.SKILL, trips.SKILL, arithmetic.SKILL, search.SKILL,
+          small_talk.SKILL)
 _BY_TOOL = {skill.tool: skill for skill in SKILLS if skill.tool is not None}
 
 

@@ -14,8 +14,6 @@ import pytest
 from agent_service.app import create_app
 from agent_service.settings import AgentServiceSettings
 from shared.llm.base import (
-    DEFAULT_OPTIONS,
-    CompletionOptions,
     LLMDone,
     LLMEvent,
     LLMMessage,
@@ -23,6 +21,7 @@ from shared.llm.base import (
     ToolSpec,
 )
 from shared.llm.builtin import BuiltinProvider
+from tests.support.models import ScriptedModelBase
 from tests.support.servers import serve_app
 
 API_KEY = "a2a-test-key"
@@ -120,7 +119,7 @@ def _id() -> str:
     return f"msg-{next(_counter)}"
 
 
-class GatedModel:
+class GatedModel(ScriptedModelBase):
     """A model that streams ``chunks`` and, after ``hold_after`` of them, waits for ``release``."""
 
     name = "gated"
@@ -131,13 +130,7 @@ class GatedModel:
         self.release = asyncio.Event()
         self.holding = asyncio.Event()
 
-    async def aclose(self) -> None:
-        return None
-
-    async def stream(
-        self, messages: Sequence[LLMMessage], *, tools: Sequence[ToolSpec] = (),
-        options: CompletionOptions = DEFAULT_OPTIONS,
-    ) -> AsyncIterator[LLMEvent]:
+    async def reply(self, messages: Sequence[LLMMessage], tools: Sequence[ToolSpec]) -> AsyncIterator[LLMEvent]:
         for index, chunk in enumerate(self.chunks):
             if index == self.hold_after:
                 self.holding.set()

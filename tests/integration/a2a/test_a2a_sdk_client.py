@@ -2,7 +2,8 @@
 
 It resolves our Agent Card, parses every answer into the SDK's protobuf types (so our wire format
 is checked by the SDK's own parser), streams a task that asks a question, answers it with the
-task's id, and reads the task back.
+task's id, and reads the task back; it reads a task's file and data artifacts, and a direct reply
+as a Message.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     TaskState,
 )
+from google.protobuf import json_format
 
 from tests.integration.a2a.conftest import API_KEY
+from tests.support.models import ToolCallingModel
 
 
 def _message(text: str, message_id: str, **ids: str) -> SendMessageRequest:
@@ -56,3 +59,29 @@ async def test_the_sdk_client_streams_a_task_that_asks_and_finishes_it_with_the_
         assert [m.parts[0].text for m in final.history] == [question]
         listed = await client.list_tasks(ListTasksRequest(context_id=task.context_id))
         assert [t.id for t in listed.tasks] == [task.id] and listed.next_page_token == ""
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_the_sdk_client_reads_file_and_data_artifacts_and_a_direct_reply(
+    a2a_factory, tmp_path, binding: str,
+) -> None:
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text("profiles:\n  - name: files\n    system_prompt: s\n    tools: [create_file, emit_data, reply]\n")
+    made = [("create_file", {"name": "output.txt", "content": "tck"}), ("emit_data", {"data": {"count": 42}})]
+    for calls, expect_reply in ((made, False), ([("reply", {"text": "Hello!"})], True)):
+        async with (
+            a2a_factory(provider=ToolCallingModel(calls), profiles_file=profiles, a2a_profile="files") as url,
+            httpx.AsyncClient(headers={"X-API-Key": API_KEY}, timeout=30.0) as http,
+        ):
+            config = ClientConfig(httpx_client=http, supported_protocol_bindings=[binding], streaming=False)
+            client = await create_client(url, client_config=config)
+            (response,) = [event async for event in client.send_message(_message("go", f"sdk-{binding}-files"))]
+
+        if expect_reply:
+            assert response.HasField("message") and response.message.role == Role.ROLE_AGENT
+            assert [part.text for part in response.message.parts] == ["Hello!"] and response.message.task_id
+            continue
+        file, data = response.task.artifacts
+        assert (file.parts[0].raw, file.parts[0].filename, file.parts[0].media_type) == (b"tck", "output.txt",
+                                                                                          "text/plain")
+        assert json_format.MessageToDict(data.parts[0].data) == {"count": 42}

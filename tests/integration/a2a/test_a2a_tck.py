@@ -28,19 +28,10 @@ from tests.support.servers import REPO_ROOT, serve_app
 PROFILES = REPO_ROOT / "tests" / "support" / "a2a_tck_profiles.yaml"
 DOCS = REPO_ROOT / "docs" / "a2a.md"
 
-# MUST tests that fail, and why (docs/a2a.md, "Conformance").
+# MUST tests that fail, and why (docs/a2a.md, "Conformance"): the kit expects success for a part of
+# a media type the agent does not read, where the spec (3.1.1) and the requirement's own text say
+# ContentTypeNotSupportedError, which we answer (the kit's requirement lacks its expected_error).
 KNOWN_MUST_FAILURES = {
-    # The agent's output is text: no file or data artifact, no reply that is a Message instead of a task.
-    "tests/compatibility/core_operations/test_artifacts.py::TestFileArtifact::test_task_has_file_artifact[jsonrpc]",
-    "tests/compatibility/core_operations/test_artifacts.py::TestFileArtifact::test_task_has_file_artifact[http_json]",
-    "tests/compatibility/core_operations/test_artifacts.py::TestFileUrlArtifact::test_task_has_file_url_artifact[jsonrpc]",
-    "tests/compatibility/core_operations/test_artifacts.py::TestFileUrlArtifact::test_task_has_file_url_artifact[http_json]",
-    "tests/compatibility/core_operations/test_artifacts.py::TestDataArtifact::test_task_has_data_artifact[jsonrpc]",
-    "tests/compatibility/core_operations/test_artifacts.py::TestDataArtifact::test_task_has_data_artifact[http_json]",
-    "tests/compatibility/core_operations/test_artifacts.py::TestMessageResponse::test_returns_message_with_text_part[jsonrpc]",
-    "tests/compatibility/core_operations/test_artifacts.py::TestMessageResponse::test_returns_message_with_text_part[http_json]",
-    # The kit expects success for a part of an unsupported media type; the spec (3.1.1) says
-    # ContentTypeNotSupportedError, which we answer (the SDK passes only with its input check off).
     "tests/compatibility/core_operations/test_requirements.py::test_must_requirement[CORE-SEND-003-jsonrpc]",
     "tests/compatibility/core_operations/test_requirements.py::test_must_requirement[CORE-SEND-003-http_json]",
 }

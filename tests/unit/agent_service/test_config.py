@@ -43,11 +43,15 @@ def test_key_check() -> None:
 def test_default_profiles_file() -> None:
     store = ProfileStore.from_file(PACKAGE_DIR / "profiles.yaml")
     default = store.get("default")
-    assert set(default.tools) == {"calculator", "knowledge_search", "current_time", "ask_user"}
+    assert set(default.tools) == {
+        "calculator", "knowledge_search", "current_time", "ask_user", "create_file", "share_link", "emit_data",
+    }
     assert store.get("careful").approval_required_tools == ["calculator"]
     with pytest.raises(ProfileNotFound):
         store.get("missing")
-    store.check_tools(lambda name: name in {"calculator", "knowledge_search", "current_time", "ask_user"})
+    store.check_tools(lambda name: name in {
+        "calculator", "knowledge_search", "current_time", "ask_user", "create_file", "share_link", "emit_data",
+    })
     with pytest.raises(ValueError, match="unknown tools"):
         store.check_tools(lambda name: name != "knowledge_search")
 

@@ -6,7 +6,7 @@ import orjson
 
 from shared.llm.base import LLMMessage, ToolCall, ToolSpec
 
-ALL_TOOLS = ["calculator", "knowledge_search", "current_time", "ask_user"]
+ALL_TOOLS = ["calculator", "knowledge_search", "current_time", "ask_user", "create_file"]
 
 
 def spec(name: str) -> ToolSpec:

@@ -138,6 +138,40 @@ def test_time_answer_reads_the_tool_result() -> None:
     assert reply.text == "It is 07:30 (UTC) on Sunday, 2026-11-22."
 
 
+# ---- files ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_text", "name"),
+    [
+        ("write that to a file", "answer.md"),
+        ("Please save it as trip-plan.md", "trip-plan.md"),
+        ("put your answer in notes.txt", "notes.txt"),
+        ("can you export the result into a text file?", "answer.md"),
+    ],
+)
+def test_a_request_to_save_the_answer_writes_the_previous_answer_to_a_file(request_text: str, name: str) -> None:
+    transcript = [user("what is 17*23"), assistant("17*23 = 391."), user(request_text)]
+    call = only_call(decide(transcript, ALL_TOOLS))
+    assert (call.name, call.arguments) == ("create_file", {"name": name, "content": "17*23 = 391."})
+
+
+def test_the_file_answer_reads_the_receipt_and_nothing_to_save_is_said() -> None:
+    call = ToolCall(id="f1", name="create_file", arguments={"name": "notes.txt", "content": "x"})
+    receipt = {"artifact_id": "a1", "name": "notes.txt", "media_type": "text/plain", "size": 12}
+    reply = decide([user("hi"), assistant("Hello!"), user("save that to notes.txt"), assistant("", call),
+                    tool_result(call, receipt)], ALL_TOOLS)
+    assert reply.text == "I saved it as notes.txt (12 bytes); you can download it from this message."
+    assert "nothing to write yet" in decide([user("write that to a file")], ALL_TOOLS).text
+    assert "no file tool" in decide([user("hi"), assistant("Hello!"), user("save it to a file")], []).text
+
+
+def test_words_about_files_that_ask_for_no_file_are_left_to_other_skills() -> None:
+    for text in ("what is a file system?", "write a haiku", "save 17*23 for later"):
+        assert all(c.name != "create_file" for c in decide([user("hi"), assistant("Hello!"), user(text)],
+                                                            ALL_TOOLS).tool_calls), text
+
+
 # ---- memory, summaries, fallback ------------------------------------------------------------
 
 
@@ -192,10 +226,13 @@ def test_tools_are_only_called_when_offered() -> None:
 def test_each_tool_the_agent_offers_belongs_to_one_skill() -> None:
     from agent_service.tools.ask_user import AskUserTool
     from agent_service.tools.calculator import CalculatorTool
+    from agent_service.tools.create_file import CreateFileTool
     from agent_service.tools.current_time import CurrentTimeTool
     from agent_service.tools.knowledge_search import KnowledgeSearchTool
 
-    agent_tools = {tool.name for tool in (AskUserTool, CalculatorTool, CurrentTimeTool, KnowledgeSearchTool)}
+    # share_link, emit_data and reply have no offline skill: nothing a user asks the offline model needs them.
+    agent_tools = {tool.name for tool in (AskUserTool, CalculatorTool, CurrentTimeTool, KnowledgeSearchTool,
+                                          CreateFileTool)}
     skill_tools = [skill.tool for skill in SKILLS if skill.tool is not None]
     assert sorted(skill_tools) == sorted(agent_tools) == sorted(ALL_TOOLS)
 

@@ -9,8 +9,10 @@ from pydantic import ValidationError
 
 from shared.protocol import (
     EVENT_DATA_MODELS,
+    MAX_ARTIFACT_BYTES,
     MAX_HISTORY_MESSAGES,
     AnswerChunkData,
+    ArtifactData,
     AskUserData,
     AskUserKind,
     CompleteData,
@@ -41,6 +43,8 @@ PAYLOADS = {
     EventType.COMPLETE: CompleteData(answer="17*23 = 391.", usage=Usage(prompt_tokens=5, completion_tokens=3, total_tokens=8)),
     EventType.ERROR: ErrorData(code="LLM_UNAVAILABLE", message="down", retryable=True),
     EventType.WAITING: WaitingData(reason="rate limit of 2 requests per 60 s reached", wait_s=12.5, limit="requests"),
+    EventType.ARTIFACT: ArtifactData(artifact_id="a1", name="notes.md", media_type="text/markdown", call_id="c1",
+                                     text="# Notes"),
 }
 
 
@@ -111,3 +115,37 @@ def test_session_status_round_trip() -> None:
         current_run_id="r", created_at=TS, updated_at=TS,
     )
     assert SessionStatusResponse.model_validate_json(status.model_dump_json()) == status
+
+
+def test_a_complete_reads_as_before_unless_the_reply_was_direct() -> None:
+    assert "direct" not in CompleteData(answer="hi").model_dump(mode="json")
+    direct = CompleteData(answer="hi", direct=True)
+    assert direct.model_dump(mode="json")["direct"] is True
+    assert CompleteData.model_validate_json(direct.model_dump_json()) == direct
+
+
+def test_an_artifact_is_one_of_text_bytes_url_data_and_absent_fields_are_left_out() -> None:
+    artifact = ArtifactData(artifact_id="a", name="x.bin", media_type="application/octet-stream", bytes="AAH/")
+    assert artifact.model_dump(mode="json") == {
+        "artifact_id": "a", "name": "x.bin", "media_type": "application/octet-stream", "bytes": "AAH/",
+    }
+    link = ArtifactData(artifact_id="a", name="x", media_type="text/html", url="HTTPS://example.com/")
+    assert ArtifactData.model_validate(link.model_dump(mode="json")) == link
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ({}, "exactly one"),
+        ({"text": "a", "url": "https://x.org/"}, "exactly one"),
+        ({"bytes": "not base64!"}, "not base64"),
+        ({"bytes": "AAH/\n"}, "not base64"),
+        ({"url": "javascript:alert(1)"}, "http or https"),
+        ({"url": "data:text/html,<script>alert(1)</script>"}, "http or https"),
+        ({"data": [1, 2]}, "dictionary"),
+        ({"text": "x" * (MAX_ARTIFACT_BYTES + 1)}, "at most"),
+    ],
+)
+def test_an_artifact_from_the_wire_is_checked_as_untrusted_input(content: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        ArtifactData.model_validate({"artifact_id": "a", "name": "x", "media_type": "text/plain", **content})

@@ -36,7 +36,9 @@ async def test_tool_call_streamed_by_an_openai_compatible_model(agent_factory) -
     assert "".join(e.data["text"] for e in result.of_type("ANSWER_CHUNK")) == result.last.data["answer"]
     # The model was offered the profile's tools and got the tool result back.
     first, second = fake.requests[0].body, fake.requests[1].body
-    assert {t["function"]["name"] for t in first["tools"]} == {"calculator", "knowledge_search", "current_time", "ask_user"}
+    assert {t["function"]["name"] for t in first["tools"]} == {
+        "calculator", "knowledge_search", "current_time", "ask_user", "create_file", "share_link", "emit_data",
+    }
     assert second["messages"][-1]["role"] == "tool"
     assert orjson.loads(second["messages"][-1]["content"])["result"] == 391
 

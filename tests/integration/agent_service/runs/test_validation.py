@@ -31,7 +31,9 @@ async def test_profiles_are_listed(agent) -> None:
     resp = await agent.http.get("/api/v1/agent/profiles", headers=agent.headers())
     assert resp.status_code == 200
     default = {p["name"]: p for p in resp.json()}["default"]
-    assert set(default["tools"]) == {"calculator", "knowledge_search", "current_time", "ask_user"}
+    assert set(default["tools"]) == {
+        "calculator", "knowledge_search", "current_time", "ask_user", "create_file", "share_link", "emit_data",
+    }
 
 
 @pytest.mark.parametrize(

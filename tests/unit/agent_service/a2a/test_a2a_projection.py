@@ -73,3 +73,42 @@ def test_each_update_carries_its_seq_and_a_tool_call_is_working() -> None:
     assert start["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING"
     assert end["statusUpdate"]["status"]["message"]["parts"][0]["data"]["result"] == 42
     assert end["statusUpdate"]["status"]["timestamp"] == "2026-01-01T00:00:00.000Z"
+
+
+def test_artifacts_are_in_the_order_they_appeared_and_each_is_one_whole_update() -> None:
+    task = _task()
+    first = task.apply(_event(1, "run-1", EventType.ARTIFACT, artifact_id="f1", name="a.txt", media_type="text/plain",
+                              text="hé", description="notes"))
+    task.apply(_event(2, "run-1", EventType.ANSWER_CHUNK, text="Done."))
+    task.apply(_event(3, "run-1", EventType.ARTIFACT, artifact_id="d1", name="data.json",
+                      media_type="application/json", data={"n": 1}))
+    task.apply(_event(4, "run-1", EventType.ARTIFACT, artifact_id="l1", name="x.pdf", media_type="application/pdf",
+                      url="https://example.com/x.pdf"))
+    task.apply(_event(5, "run-1", EventType.COMPLETE, answer="Done."))
+
+    assert [r.keys() for r in first] == [{"statusUpdate"}, {"artifactUpdate"}]  # working first, then the file
+    update = first[1]["artifactUpdate"]
+    assert (update["append"], update["lastChunk"], update["metadata"]) == (False, True, {"seq": 1, "event": "ARTIFACT"})
+    artifacts = task.task()["artifacts"]
+    assert [a["artifactId"] for a in artifacts] == ["f1", "run-1-answer", "d1", "l1"]
+    assert artifacts[0] == {"artifactId": "f1", "name": "a.txt", "description": "notes",
+                            "parts": [{"raw": "aMOp", "filename": "a.txt", "mediaType": "text/plain"}]}
+    assert artifacts[2]["parts"] == [{"data": {"n": 1}, "mediaType": "application/json"}]
+    assert artifacts[3]["parts"] == [{"url": "https://example.com/x.pdf", "filename": "x.pdf",
+                                      "mediaType": "application/pdf"}]
+    assert task.reply() is None and "message" not in task.task()["status"]
+
+
+def test_a_direct_reply_is_the_final_status_message_with_what_the_run_made() -> None:
+    task = _task()
+    task.apply(_event(1, "run-1", EventType.ARTIFACT, artifact_id="f1", name="a.bin",
+                      media_type="application/octet-stream", bytes="AAH/"))
+    task.apply(_event(2, "run-1", EventType.ANSWER_CHUNK, text="Hi!"))
+    assert task.reply() is None  # not whole yet
+    task.apply(_event(3, "run-1", EventType.COMPLETE, answer="Hi!", direct=True))
+
+    reply = task.reply()
+    assert reply == task.task()["status"]["message"]
+    assert reply["role"] == "ROLE_AGENT" and (reply["contextId"], reply["taskId"]) == ("ctx", "run-1")
+    assert reply["parts"] == [{"text": "Hi!"}, {"raw": "AAH/", "filename": "a.bin",
+                                                 "mediaType": "application/octet-stream"}]

@@ -19,7 +19,7 @@ from agent_service.runs.state import (
     RunState,
     close_pending_calls,
 )
-from agent_service.tools.base import Tool, ToolContext, ToolError
+from agent_service.tools.base import Tool, ToolContext, ToolError, ToolOutput
 from shared.llm.base import (
     CompletionOptions,
     LLMConnectionError,
@@ -32,7 +32,7 @@ from shared.llm.base import (
     ToolCall,
     ToolSpec,
 )
-from shared.protocol import AskUserKind, ErrorCode, EventType, UserContext
+from shared.protocol import ArtifactData, AskUserKind, ErrorCode, EventType, UserContext
 from shared.tokens import count_messages_tokens
 
 
@@ -266,3 +266,63 @@ def test_close_pending_calls_keeps_the_transcript_valid() -> None:
     close_pending_calls(state, "cancelled")
     assert state.pending_calls == []
     assert state.transcript[-1].role == "tool" and state.transcript[-1].tool_call_id == "q1"
+
+
+class FileTool(Tool):
+    """Hands the user a text file and returns a receipt, as ``create_file`` does."""
+
+    name = "make_file"
+    description = "Makes a file."
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        artifact = ArtifactData(artifact_id="a1", name="out.txt", media_type="text/plain", text="tck")
+        return ToolOutput({"artifact_id": "a1", "size": 3}, (artifact,))
+
+
+async def test_an_artifact_a_tool_made_is_emitted_between_its_start_and_end_and_the_model_reads_the_receipt() -> None:
+    provider = ScriptedProvider([[ToolCall("c1", "make_file", {}), LLMDone()], [TextDelta("Done."), LLMDone()]])
+    rec = Recorder()
+    engine = ReActEngine(provider, Tools(FileTool()), AgentMetrics(), ask_user_timeout_s=300)
+
+    outcome = await engine.run(_ctx(_profile(tools=["make_file"])), _state(), rec)
+
+    assert isinstance(outcome, Completed) and outcome.answer == "Done." and not outcome.direct
+    assert rec.types() == [EventType.TOOL_START, EventType.ARTIFACT, EventType.TOOL_END, EventType.ANSWER_CHUNK]
+    artifact, end = rec.events[1][1], rec.events[2][1]
+    assert artifact == {"artifact_id": "a1", "name": "out.txt", "media_type": "text/plain", "text": "tck",
+                        "call_id": "c1"}
+    assert end["result"] == {"artifact_id": "a1", "size": 3}
+    assert provider.calls[1][0][-1].content == '{"artifact_id":"a1","size":3}'
+
+
+async def test_a_reply_is_the_answer_and_ends_the_run_as_a_direct_one() -> None:
+    provider = ScriptedProvider([[
+        ReasoningDelta("A greeting."), ToolCall("r1", "reply", {"text": "Hello!"}), ToolCall("c2", "add", {"a": 1, "b": 2}),
+        LLMDone(),
+    ]])
+    rec = Recorder()
+    state = _state()
+
+    outcome = await _engine(provider).run(_ctx(_profile(tools=["add", "reply"])), state, rec)
+
+    assert isinstance(outcome, Completed) and outcome.direct and outcome.answer == "Hello!"
+    assert rec.types() == [EventType.THOUGHT, EventType.ANSWER_CHUNK]  # the add after the reply did not run
+    assert rec.events[1][1] == {"text": "Hello!"}
+    # Every call has its result: the session's next run starts from a valid transcript.
+    results = {m.tool_call_id: m.content for m in state.transcript if m.role == "tool"}
+    assert results == {"r1": '{"sent":true}', "c2": '{"error":"not run: the reply ended the turn"}'}
+    assert state.pending_calls == [] and outcome.usage.tool_calls == 0
+
+
+async def test_a_malformed_reply_goes_back_to_the_model_and_a_profile_without_reply_does_not_end_on_one() -> None:
+    provider = ScriptedProvider([[ToolCall("r1", "reply", {}), LLMDone()], [TextDelta("Hi."), LLMDone()]])
+    outcome = await _engine(provider).run(_ctx(_profile(tools=["reply"])), _state(), Recorder())
+    assert isinstance(outcome, Completed) and not outcome.direct and outcome.answer == "Hi."
+    assert "'text'" in provider.calls[1][0][-1].content
+
+    provider = ScriptedProvider([[ToolCall("r1", "reply", {"text": "Hello!"}), LLMDone()], [TextDelta("Hi."), LLMDone()]])
+    rec = Recorder()
+    outcome = await _engine(provider).run(_ctx(_profile(tools=["add"])), _state(), rec)
+    assert isinstance(outcome, Completed) and not outcome.direct
+    assert "unknown tool 'reply'" in next(d for t, d in rec.events if t is EventType.TOOL_END)["error"]

@@ -23,8 +23,9 @@ async def sessionmaker():
 
 
 async def test_build_registry_has_every_tool(sessionmaker) -> None:
-    registry = build_registry(sessionmaker)
-    for name in ("calculator", "knowledge_search", "current_time", "ask_user"):
+    registry = build_registry(sessionmaker, artifact_max_bytes=1024)
+    for name in ("calculator", "knowledge_search", "current_time", "ask_user", "create_file", "share_link",
+                 "emit_data", "reply"):
         spec = registry.get(name).spec()
         assert spec.name == name and spec.parameters["type"] == "object" and spec.description
     assert find_tool(registry, "shell") is None
@@ -33,7 +34,7 @@ async def test_build_registry_has_every_tool(sessionmaker) -> None:
 
 
 async def test_unknown_name_is_a_clear_error(sessionmaker) -> None:
-    registry = build_registry(sessionmaker)
+    registry = build_registry(sessionmaker, artifact_max_bytes=1024)
     known = "unknown tool 'shell'; available tools: ask_user, calculator"
     with pytest.raises(UnknownToolError, match=known) as caught:
         registry.get("shell")

@@ -284,6 +284,24 @@ async def test_waiting_events_are_parsed_not_skipped(client: AgentServiceClient)
 
 
 @respx.mock
+async def test_artifact_events_are_parsed_not_skipped_and_a_hostile_one_is_a_protocol_error(
+    client: AgentServiceClient,
+) -> None:
+    made = {"artifact_id": "a1", "name": "notes.md", "media_type": "text/markdown", "text": "# Notes"}
+    artifact = sse_event(2, EventType.ARTIFACT, made)
+    respx.post(EXECUTE_URL).mock(return_value=sse(sse_event(1), artifact, sse_event(3, EventType.COMPLETE)))
+    stream = client.execute_agent(request())
+    async with stream:
+        events = [event async for event in stream]
+    assert [e.type for e in events] == [EventType.ANSWER_CHUNK, EventType.ARTIFACT, EventType.COMPLETE]
+    assert events[1].payload().text == "# Notes" and stream.unknown_events_skipped == 0
+    script = sse_event(2, EventType.ARTIFACT, {**made, "text": None, "url": "javascript:alert(1)"})
+    respx.post(EXECUTE_URL).mock(return_value=sse(sse_event(1), script))
+    with pytest.raises(AgentProtocolError):
+        await collect(client.execute_agent(request()))
+
+
+@respx.mock
 async def test_reconnects_are_bounded(client: AgentServiceClient, recording_sleep: RecordingSleep) -> None:
     respx.post(EXECUTE_URL).mock(return_value=sse(sse_event(1), then=httpx.ReadError("reset")))
     events_route = respx.get(EVENTS_URL).mock(return_value=httpx.Response(503, json={"error": "Busy"}))

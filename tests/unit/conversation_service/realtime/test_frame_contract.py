@@ -1,8 +1,9 @@
 """The frames the service sends and what the chat page reads of them agree.
 
 Every frame type's data is one class in ``realtime.frames`` (``FRAME_DATA``); the page reads frames in
-``ChatView.onFrame`` (chat.js), a question card's data in ``QuestionCard`` (cards.js) and a wait's in
-``Countdown.start`` (waiting.js). Each field the page reads of a frame must be one the service sends
+``ChatView.onFrame`` (chat.js), a question card's data in ``QuestionCard`` (cards.js), a wait's in
+``Countdown.start`` (waiting.js) and an artifact's in ``MessageView.artifact`` (message.js) and
+``artifactItem`` (artifacts.js), which also show the artifacts a message's metadata keeps. Each field the page reads of a frame must be one the service sends
 in that frame type, so a field renamed or misspelt on either side fails here.
 """
 
@@ -51,6 +52,9 @@ def _page_reads(type_: str, body: str) -> set[str]:
         read |= _read((UI / "cards.js").read_text(), "data")
     if type_ == FrameType.AGENT_WAITING:  # countdown.start(d, ...)
         read |= _read((UI / "waiting.js").read_text(), "data")
+    if type_ == FrameType.AGENT_ARTIFACT:  # view.artifact(d) and its artifactItem(data)
+        read |= _read((UI / "message.js").read_text().split("  artifact(data) {")[1].split("\n  }\n")[0], "data")
+        read |= _read((UI / "artifacts.js").read_text(), "artifact")
     return read - PAGE_ONLY
 
 
@@ -74,3 +78,9 @@ def test_a_frame_s_data_has_exactly_its_fields() -> None:
         required = {f.name for f in fields(cls) if f.default is not None}
         example = cls(**{name: f"v-{name}" for name in names})
         assert required <= set(example.data()) <= names
+
+
+def test_the_page_reads_the_artifact_fields_it_shows() -> None:
+    # The artifact frame is checked through the modules that render it, not only onFrame's case.
+    reads = _page_reads(FrameType.AGENT_ARTIFACT, _on_frame_cases()[FrameType.AGENT_ARTIFACT])
+    assert {"artifact_id", "name", "media_type", "text", "bytes", "url", "json", "description"} <= reads

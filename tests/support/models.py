@@ -1,0 +1,58 @@
+"""Models the tests script, as model providers of the service: ``ScriptedModelBase`` holds the
+provider interface, a subclass says in ``reply`` what its model streams for a prompt."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from shared.llm.base import (
+    DEFAULT_OPTIONS,
+    CompletionOptions,
+    LLMDone,
+    LLMEvent,
+    LLMMessage,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+)
+
+
+class ScriptedModelBase:
+    name = "scripted"
+
+    async def aclose(self) -> None:
+        return None
+
+    async def stream(
+        self, messages: Sequence[LLMMessage], *, tools: Sequence[ToolSpec] = (),
+        options: CompletionOptions = DEFAULT_OPTIONS,
+    ) -> AsyncIterator[LLMEvent]:
+        async for event in self.reply(messages, tools):
+            yield event
+
+    def reply(self, messages: Sequence[LLMMessage], tools: Sequence[ToolSpec]) -> AsyncIterator[LLMEvent]:
+        raise NotImplementedError
+
+
+class ToolCallingModel(ScriptedModelBase):
+    """Calls the tools it is given, then answers: for tests of what tools make (artifacts, direct
+    replies) through the whole service, whatever the user wrote. The first turn of each run calls
+    ``calls`` (``(tool, arguments)`` pairs, in order); the turn after their results streams
+    ``answer`` (none: the run ends without answer text)."""
+
+    name = "tool-calling"
+
+    def __init__(self, calls: Sequence[tuple[str, dict[str, Any]]], answer: Sequence[str] = ()) -> None:
+        self.calls = list(calls)
+        self.answer = list(answer)
+
+    async def reply(self, messages: Sequence[LLMMessage], tools: Sequence[ToolSpec]) -> AsyncIterator[LLMEvent]:
+        if messages[-1].role != "tool":
+            for index, (tool, arguments) in enumerate(self.calls):
+                yield ToolCall(id=f"call-{len(messages)}-{index}", name=tool, arguments=arguments)
+            yield LLMDone(prompt_tokens=len(messages), completion_tokens=1, finish_reason="tool_calls")
+            return
+        for chunk in self.answer:
+            yield TextDelta(chunk)
+        yield LLMDone(prompt_tokens=len(messages), completion_tokens=len(self.answer) or 1, finish_reason="stop")
