@@ -157,6 +157,11 @@ class AgentMetrics:
             "agent_memory_failures", "Memory store calls that failed or timed out, by operation", ["operation"],
             registry=self.registry,
         )
+        self.memory_writes_dropped = Counter(
+            "agent_memory_writes_dropped",
+            "Completed turns not remembered: the write queue was full, or the service stopped first",
+            ["reason"], registry=self.registry,
+        )
         self.memory_health = Gauge(
             "agent_memory_health", "Long-term memory health: 0 NORMAL, 1 DEGRADED, 2 DOWN (history only)",
             registry=self.registry,

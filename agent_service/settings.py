@@ -95,6 +95,10 @@ class AgentServiceSettings(BaseSettings):
     memory_degraded_window_seconds: Annotated[float, Field(gt=0)] = 15.0
     memory_fail_max: Annotated[int, Field(ge=1)] = 5
     memory_reset_timeout_seconds: Annotated[float, Field(gt=0)] = 60.0
+    # Completed turns waiting to be remembered (written after their run's end); more are dropped and
+    # counted. On shutdown the queue is written for at most memory_drain_seconds.
+    memory_write_queue_size: Annotated[int, Field(ge=1)] = 1000
+    memory_drain_seconds: Annotated[float, Field(ge=0)] = 5.0
     log_level: str = "INFO"
     llm: LLMSettings = Field(default_factory=LLMSettings)
     # Limits on model calls per organisation and model (AGENT_SERVICE_RATE_LIMIT_*).

@@ -136,6 +136,7 @@ class RunManager:
                 return
             run.finishing = True
             await self._finish(run, outcome)
+            self._engine.remember(run.context, run.state, outcome)
         except RunTakenOver:
             log.warning(_TAKEN_OVER, extra={"run_id": run.handle.run_id})
         except Exception:

@@ -20,6 +20,7 @@ import asyncpg
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import await_
 
 from shared.fastpath.sqlite_gate import write_gate
 
@@ -48,6 +49,32 @@ def cancel_statements(
         yield cancelled
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", cancel_it)
+
+
+@contextmanager
+def hold_statements(
+    engine: AsyncEngine, release: asyncio.Event, *, where: Callable[[str], bool],
+    on_hold: Callable[[str], object] = lambda _sql: None,
+) -> Iterator[list[str]]:
+    """While the block runs, each statement ``where`` accepts waits (its connection checked out, on
+    SQLite before it takes the write turn) until ``release`` is set: a slow store, for real.
+    ``on_hold(statement)`` runs first, in the statement's greenlet (it may ``await_``). Yields the
+    statements held so far."""
+    held: list[str] = []
+
+    def hold(_conn, clause, *_args) -> None:
+        # Before the statement reaches the cursor, and so the write gate (``before_cursor_execute``).
+        statement = str(clause)
+        if where(statement):
+            held.append(statement)
+            on_hold(statement)
+            await_(release.wait())
+
+    event.listen(engine.sync_engine, "before_execute", hold)
+    try:
+        yield held
+    finally:
+        event.remove(engine.sync_engine, "before_execute", hold)
 
 
 async def held_by(engine: AsyncEngine) -> list[str]:
