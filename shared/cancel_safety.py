@@ -27,11 +27,15 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-__all__ = ["RunToEnd", "Saturated", "stop_loop"]
+__all__ = ["CallCancelled", "RunToEnd", "Saturated", "stop_loop"]
 
 
 class Saturated(RuntimeError):
     """As many calls as allowed are still running late: this one was not started."""
+
+
+class CallCancelled(RuntimeError):
+    """The call's own task was cancelled (a shutdown): it failed; the caller was not cancelled."""
 
 
 class RunToEnd:
@@ -64,6 +68,8 @@ class RunToEnd:
         if not done:
             self._run_late(task)
             raise TimeoutError(f"{self.name} took longer than {timeout:g} s; it goes on in the background")
+        if task.cancelled():
+            raise CallCancelled(f"{self.name} was cancelled")
         return task.result()
 
     def _run_late(self, task: asyncio.Task[Any]) -> None:

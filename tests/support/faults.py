@@ -27,28 +27,34 @@ from shared.fastpath.sqlite_gate import write_gate
 
 @contextmanager
 def cancel_statements(
-    engine: AsyncEngine, *, chance: float = 1.0, where: Callable[[str], bool] = lambda _sql: True,
-    tasks: Callable[[asyncio.Task], bool] = lambda _task: True, rng: random.Random | None = None,
+    engine: AsyncEngine, *, chance: float | Callable[[asyncio.Task], float] = 1.0,
+    where: Callable[[str], bool] = lambda _sql: True, rng: random.Random | None = None,
     cancel: Callable[[asyncio.Task], object] = asyncio.Task.cancel,
 ) -> Iterator[list[str]]:
-    """While the block runs, cancel the task of each statement ``where`` accepts (with probability
-    ``chance``, for tasks that ``tasks`` accepts); ``cancel`` does it (a timeout's ``reschedule``
-    to now, to cancel as that timeout would). Yields the statements cancelled so far."""
+    """While the block runs, cancel the task of each statement ``where`` accepts, with probability
+    ``chance`` (or ``chance(task)``: 0 spares the task); ``cancel`` does it (a timeout's
+    ``reschedule`` to now, to cancel as that timeout would). Yields the statements cancelled so far."""
     rng = rng or random.Random(0)
     cancelled: list[str] = []
 
+    armed = True
+
     def cancel_it(_conn, _cursor, statement: str, *_args) -> None:
         task = asyncio.current_task()
-        if task is None or not tasks(task) or not where(statement) or rng.random() >= chance:
+        if not armed or task is None or not where(statement):
+            return
+        if rng.random() >= (chance(task) if callable(chance) else chance):
             return
         cancelled.append(statement)
         asyncio.get_running_loop().call_soon(cancel, task)
 
+    # Left registered, disarmed, afterwards: removing a listener while a statement of another task
+    # iterates the listeners (waiting in the write gate's) would break that statement.
     event.listen(engine.sync_engine, "before_cursor_execute", cancel_it)
     try:
         yield cancelled
     finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", cancel_it)
+        armed = False
 
 
 @contextmanager
@@ -61,20 +67,23 @@ def hold_statements(
     ``on_hold(statement)`` runs first, in the statement's greenlet (it may ``await_``). Yields the
     statements held so far."""
     held: list[str] = []
+    armed = True
 
     def hold(_conn, clause, *_args) -> None:
         # Before the statement reaches the cursor, and so the write gate (``before_cursor_execute``).
+        if not armed:
+            return
         statement = str(clause)
         if where(statement):
             held.append(statement)
             on_hold(statement)
             await_(release.wait())
 
-    event.listen(engine.sync_engine, "before_execute", hold)
+    event.listen(engine.sync_engine, "before_execute", hold)  # left registered, disarmed: see above
     try:
         yield held
     finally:
-        event.remove(engine.sync_engine, "before_execute", hold)
+        armed = False
 
 
 async def held_by(engine: AsyncEngine) -> list[str]:

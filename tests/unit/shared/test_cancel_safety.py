@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from shared.cancel_safety import RunToEnd, Saturated, stop_loop
+from shared.cancel_safety import CallCancelled, RunToEnd, Saturated, stop_loop
 
 
 class Work:
@@ -125,3 +125,16 @@ async def test_stop_loop_cancels_a_pass_that_outlasts_the_grace() -> None:
     await started.wait()
     await stop_loop(task, stop, grace_s=0.01)
     assert task.cancelled()
+
+
+async def test_a_call_whose_own_task_is_cancelled_fails_without_cancelling_the_caller() -> None:
+    work = Work()
+    calls = RunToEnd("store", limit=1)
+    caller = asyncio.create_task(calls.call(work(), timeout=10))
+    while not work.holding:
+        await asyncio.sleep(0)
+    [inner] = [t for t in asyncio.all_tasks() if t.get_name() == "store"]
+    inner.cancel()
+    with pytest.raises(CallCancelled):
+        await caller
+    assert not caller.cancelled() and work.holding == 0
