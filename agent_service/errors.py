@@ -22,6 +22,7 @@ from shared.protocol import MAX_CONTENT_CHARS, ErrorBody, ErrorCode
 class AgentServiceError(Exception):
     status_code: int = 500
     error: str = "internal_error"
+    headers: dict[str, str] | None = None
 
     def __init__(self, detail: Any = None) -> None:
         super().__init__(detail)
@@ -103,6 +104,17 @@ class NotReady(AgentServiceError):
     error = "not_ready"
 
 
+class Overloaded(AgentServiceError):
+    """Every place for a run is taken and the queue for them is full: retry after ``Retry-After``."""
+
+    status_code = 503
+    error = "overloaded"
+
+    def __init__(self, detail: Any, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.headers = {"Retry-After": str(retry_after_s)}
+
+
 # SSE ERROR codes of a run and whether a client may retry the same request.
 RUN_ERROR_RETRYABLE: dict[ErrorCode, bool] = {
     ErrorCode.LLM_UNAVAILABLE: True,
@@ -118,13 +130,15 @@ RUN_ERROR_RETRYABLE: dict[ErrorCode, bool] = {
 }
 
 
-def _render(status_code: int, error: str, detail: Any) -> JSONResponse:
-    return JSONResponse(ErrorBody(error=error, detail=detail).model_dump(mode="json"), status_code=status_code)
+def _render(status_code: int, error: str, detail: Any, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        ErrorBody(error=error, detail=detail).model_dump(mode="json"), status_code=status_code, headers=headers,
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
     async def service_error(_: Request, exc: AgentServiceError) -> JSONResponse:
-        return _render(exc.status_code, exc.error, exc.detail)
+        return _render(exc.status_code, exc.error, exc.detail, exc.headers)
 
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         if over_content_cap(exc.errors()):

@@ -113,6 +113,7 @@ class AgentMetrics:
         self.active_runs = Gauge(
             "agent_active_runs", "Runs executing in this process", registry=self.registry, multiprocess_mode="liveall"
         )
+        self._admission_metrics()
         # Counted per event (``labels()`` on every event was ~3 % of the process's CPU under
         # streaming load, and ``inc`` takes a lock).
         self.events = event_counter("agent_events", "Events emitted, by type", "type", self.registry)
@@ -153,19 +154,7 @@ class AgentMetrics:
             ),
             "limit",
         )
-        self.memory_failures = Counter(
-            "agent_memory_failures", "Memory store calls that failed or timed out, by operation", ["operation"],
-            registry=self.registry,
-        )
-        self.memory_writes_dropped = Counter(
-            "agent_memory_writes_dropped",
-            "Completed turns not remembered: the write queue was full, or the service stopped first",
-            ["reason"], registry=self.registry,
-        )
-        self.memory_health = Gauge(
-            "agent_memory_health", "Long-term memory health: 0 NORMAL, 1 DEGRADED, 2 DOWN (history only)",
-            registry=self.registry,
-        )
+        self._memory_metrics()
         self.live_tail_notifications = Counter(
             "agent_live_tail_notifications", "Commits of session events this process was told of (LISTEN/NOTIFY)",
             registry=self.registry,
@@ -179,5 +168,39 @@ class AgentMetrics:
         )
         self.dropped_subscribers = Counter(
             "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",
+            registry=self.registry,
+        )
+
+    def _admission_metrics(self) -> None:
+        # Admission (runs.admission): places taken, runs waiting for one, executes refused with 503.
+        self.runs_in_flight = Gauge(
+            "agent_runs_in_flight", "Runs holding one of this process's AGENT_SERVICE_MAX_RUNS_IN_FLIGHT places",
+            registry=self.registry, multiprocess_mode="liveall",
+        )
+        self.runs_queued = Gauge(
+            "agent_runs_queued", "Runs waiting for a place (WAITING, limit capacity)", registry=self.registry,
+            multiprocess_mode="liveall",
+        )
+        self.runs_refused = Counter(
+            "agent_runs_refused", "Executes answered 503 with Retry-After: every place taken and the queue full",
+            registry=self.registry,
+        )
+        self.run_queue_wait = Histogram(
+            "agent_run_queue_wait_seconds", "Time a run waited for a place before it started",
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+
+    def _memory_metrics(self) -> None:
+        self.memory_failures = Counter(
+            "agent_memory_failures", "Memory store calls that failed or timed out, by operation", ["operation"],
+            registry=self.registry,
+        )
+        self.memory_writes_dropped = Counter(
+            "agent_memory_writes_dropped",
+            "Completed turns not remembered: the write queue was full, or the service stopped first",
+            ["reason"], registry=self.registry,
+        )
+        self.memory_health = Gauge(
+            "agent_memory_health", "Long-term memory health: 0 NORMAL, 1 DEGRADED, 2 DOWN (history only)",
             registry=self.registry,
         )

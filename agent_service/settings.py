@@ -42,6 +42,13 @@ class AgentServiceSettings(BaseSettings):
     seq_reserve_block: Annotated[int, Field(ge=2, le=1_000_000)] = 1000
     # None: migrate on start only for SQLite (the embedded default); PostgreSQL is migrated explicitly.
     migrate_on_start: bool | None = None
+    # Admission: runs this process executes at once, and runs that may wait for one of those places
+    # (each says so with a WAITING event, limit "capacity"); past both, an execute is answered 503 with
+    # Retry-After before anything is written. 100 is LLM_MAX_CONNECTIONS' default (a run past it would
+    # wait for a model connection without saying so) and what one process serves on 2 cores with room
+    # (docs/benchmarks.md: 100 to 200 paced streams); the queue holds four more rounds of it.
+    max_runs_in_flight: Annotated[int, Field(ge=1, le=100_000)] = 100
+    max_queued_runs: Annotated[int, Field(ge=0, le=1_000_000)] = 400
     # Per-subscriber live queue; a subscriber that falls this far behind is dropped and reconnects.
     live_queue_size: Annotated[int, Field(gt=0)] = 10_000
     # Transcripts of sessions this process completed, kept so the next message to one starts its

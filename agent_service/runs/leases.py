@@ -68,6 +68,7 @@ class LeaseKeeper:
         return self._manager.owner_id
 
     def start(self) -> None:
+        self._stop.clear()
         self._task = asyncio.create_task(self._loop(), name="agent-lease-keeper")
 
     async def aclose(self) -> None:
