@@ -30,7 +30,7 @@ from agent_service.migrate import run_migrations
 from agent_service.profiles import router as profiles_router
 from agent_service.profiles.service import ProfileStore
 from agent_service.runs import router as runs_router
-from agent_service.runs.admission import RunAdmission
+from agent_service.runs.admission import run_admission
 from agent_service.runs.engine import ReActEngine, ToolLookup, find_tool
 from agent_service.runs.event_log import EventLog
 from agent_service.runs.leases import LeaseKeeper, new_owner_id
@@ -202,8 +202,7 @@ async def build_agent(
         run_manager=manager, lease_keeper=keeper,
         run_service=RunService(
             settings=settings, sessionmaker=sessionmaker, profiles=profiles, manager=manager, event_log=event_log,
-            admission=RunAdmission(
-                max_in_flight=settings.max_runs_in_flight, max_queued=settings.max_queued_runs, metrics=metrics),
+            admission=run_admission(settings, metrics),
         ),
         session_service=SessionService(
             settings=settings, sessionmaker=sessionmaker, manager=manager, event_log=event_log,

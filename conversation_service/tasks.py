@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 class Place(Protocol):
-    """What a reply's task holds while it runs (``turns.admission.TurnPlace``)."""
+    """What a reply's task holds while it runs (its admission ``shared.admission.Slot``)."""
 
     carried: bool
 

@@ -10,6 +10,9 @@ visible wait) and starts first come, first served as slots free; work beyond the
 The estimates come from how long slots have been held lately (a moving average): with ``N`` in
 flight each held ``H`` seconds on average, a slot frees every ``H / N`` seconds, so the ``p``-th in
 the queue waits about ``p × H / N``.
+
+Each service gives its metrics (``AdmissionMetrics``) and its error (``refusal``: what a refusal is
+raised as, its 503), and says how a queued slot is shown (the ``report`` of ``Slot.wait``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-__all__ = ["Admission", "QueuedWait", "Refused", "Slot"]
+from prometheus_client import Counter, Gauge, Histogram
+
+__all__ = ["Admission", "AdmissionMetrics", "QueuedWait", "Refused", "Slot"]
 
 # Until slots have been held and released: a guess of a run's or a turn's length.
 _FIRST_HOLD_S = 5.0
@@ -44,6 +49,14 @@ class Refused(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class AdmissionMetrics:
+    in_flight: Gauge  # slots granted now
+    queued: Gauge  # slots waiting now
+    refused: Counter  # admissions refused
+    waited: Histogram  # seconds a queued slot waited for its grant
+
+
+@dataclass(frozen=True, slots=True)
 class QueuedWait:
     """Where a queued slot stands: its place (1 = next), the expected wait, the bound it waits for."""
 
@@ -62,6 +75,8 @@ class Slot:
         self._granted_at: float | None = None
         self.queued_at = time.monotonic()
         self.released = False
+        # Set by whoever takes over giving it back (a task that holds it while it runs).
+        self.carried = False
         if granted:
             self._grant()
 
@@ -74,9 +89,11 @@ class Slot:
         if not self._turn.done():
             self._turn.set_result(None)
 
-    async def wait(self, report: Callable[[QueuedWait], Awaitable[None] | None]) -> float:
+    async def wait(self, report: Callable[[QueuedWait], Awaitable[None] | None]) -> None:
         """Return once granted (at once when it was), after ``report`` said where it stands: when it
-        starts waiting and again each time its estimate has passed. Returns the seconds it waited."""
+        starts waiting and again each time its estimate has passed."""
+        if self.granted:
+            return
         while not self.granted:
             where = self._admission.where(self)
             shown = report(where)
@@ -87,7 +104,7 @@ class Slot:
             except TimeoutError:
                 continue
         assert self._granted_at is not None
-        return self._granted_at - self.queued_at
+        self._admission.waited(self._granted_at - self.queued_at)
 
     def release(self) -> None:
         if self.released:
@@ -101,13 +118,15 @@ class Slot:
 
 class Admission:
     def __init__(
-        self, *, max_in_flight: int, max_queued: int, on_change: Callable[[int, int], None] | None = None,
+        self, *, max_in_flight: int, max_queued: int, metrics: AdmissionMetrics | None = None,
+        refusal: Callable[[Refused], Exception] | None = None,
     ) -> None:
         if max_in_flight < 1 or max_queued < 0:
             raise ValueError("max_in_flight must be at least 1 and max_queued not negative")
         self.max_in_flight = max_in_flight
         self.max_queued = max_queued
-        self._on_change = on_change
+        self._metrics = metrics
+        self._refusal = refusal
         self._in_flight = 0
         self._queue: deque[Slot] = deque()
         self._hold_s = _FIRST_HOLD_S
@@ -121,7 +140,8 @@ class Admission:
         return len(self._queue)
 
     def admit(self) -> Slot:
-        """A slot, granted or queued; ``Refused`` when the queue is full too."""
+        """A slot, granted or queued; when the queue is full too, ``Refused`` (or the service's own
+        error for it, ``refusal``)."""
         if self._in_flight < self.max_in_flight and not self._queue:
             self._in_flight += 1
             slot = Slot(self, granted=True)
@@ -129,7 +149,10 @@ class Admission:
             slot = Slot(self, granted=False)
             self._queue.append(slot)
         else:
-            raise Refused(self.retry_after_s(), self._in_flight, len(self._queue))
+            refused = Refused(self.retry_after_s(), self._in_flight, len(self._queue))
+            if self._metrics is not None:
+                self._metrics.refused.inc()
+            raise (self._refusal(refused) if self._refusal is not None else refused) from None
         self._changed()
         return slot
 
@@ -159,6 +182,11 @@ class Admission:
                 self._in_flight -= 1
         self._changed()
 
+    def waited(self, seconds: float) -> None:
+        if self._metrics is not None:
+            self._metrics.waited.observe(seconds)
+
     def _changed(self) -> None:
-        if self._on_change is not None:
-            self._on_change(self._in_flight, len(self._queue))
+        if self._metrics is not None:
+            self._metrics.in_flight.set(self._in_flight)
+            self._metrics.queued.set(len(self._queue))

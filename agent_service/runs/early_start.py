@@ -16,12 +16,12 @@ from typing import Self
 
 from agent_service.models import AgentSession
 from agent_service.profiles.schemas import Profile
-from agent_service.runs.admission import RunPlace
 from agent_service.runs.event_log import SessionChannel
 from agent_service.runs.manager import ActiveRun, RunManager
 from agent_service.runs.schemas import RunHandle
 from agent_service.runs.snapshots import SessionSnapshot
 from agent_service.runs.state import RunState
+from shared.admission import Slot
 from shared.protocol import ExecuteRequest
 
 
@@ -91,7 +91,7 @@ class EarlyModelCall:
         self._launch(state, first_seq, profile)
         self._status = _Status.STARTED
 
-    def confirm(self, handle: RunHandle, channel: SessionChannel, place: RunPlace | None = None) -> None:
+    def confirm(self, handle: RunHandle, channel: SessionChannel, place: Slot | None = None) -> None:
         """The claim has committed: the run goes on as the session's, writing to ``channel``, and
         gives ``place`` back when it ends."""
         assert self._status is _Status.STARTED and self._run is not None and self._run.claimed is not None

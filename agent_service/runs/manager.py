@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.metrics import AgentMetrics
 from agent_service.profiles.schemas import Profile
-from agent_service.runs.admission import RunPlace
+from agent_service.runs.admission import capacity_wait
 from agent_service.runs.endings import CANCELLED, INTERRUPTED, Ending, ending_of
 from agent_service.runs.engine import ReActEngine
 from agent_service.runs.event_log import EventLog, RunTakenOver, SessionChannel
@@ -27,6 +27,7 @@ from agent_service.runs.repository import RunRepository, SessionRepository
 from agent_service.runs.schemas import RunHandle
 from agent_service.runs.snapshots import DEFAULT_MAX_BYTES, SessionSnapshot, SessionSnapshots
 from agent_service.runs.state import Completed, Failed, Outcome, Resume, RunContext, RunState
+from shared.admission import Slot
 from shared.logging import session_id_var
 from shared.protocol import ErrorCode, EventType, SessionStatus, UserContext, utcnow
 
@@ -58,7 +59,7 @@ class ActiveRun:
     taken_over: bool = False
     # Its place among the runs this process executes at once (``admission``), given back when the
     # task ends; a queued run waits for it before its first model call. None: not admitted here.
-    place: RunPlace | None = None
+    place: Slot | None = None
 
     @classmethod
     def of(
@@ -157,7 +158,7 @@ class RunManager:
         """How the engine's run ended, a cancel included; None for a discarded run."""
         try:
             if run.place is not None:
-                await run.place.wait(self._emit(run))
+                await run.place.wait(capacity_wait(self._emit(run)))
             outcome = await self._engine.run(run.context, run.state, self._emit(run), run.resume, ready=run.claimed)
             if run.claimed is not None:
                 await run.claimed  # a model that failed at once: its ERROR belongs to a claimed run

@@ -19,7 +19,6 @@ from agent_service.errors import IdempotencyKeyConflict, QuestionExpired, RunInP
 from agent_service.models import AgentSession, next_seq
 from agent_service.profiles.schemas import Profile
 from agent_service.profiles.service import ProfileStore
-from agent_service.runs.admission import RunAdmission, RunPlace
 from agent_service.runs.early_start import EarlyModelCall
 from agent_service.runs.endings import end_with_error
 from agent_service.runs.event_log import EventLog
@@ -29,6 +28,7 @@ from agent_service.runs.schemas import RunHandle
 from agent_service.runs.state import Resume, RunState
 from agent_service.runs.validation import check_request, turn_for
 from agent_service.settings import AgentServiceSettings
+from shared.admission import Admission, Slot
 from shared.keyed_lock import KeyedLock
 from shared.protocol import ErrorCode, ExecuteRequest, SessionStatus, UserContext, utcnow
 
@@ -51,7 +51,7 @@ class Claim:
 class RunService:
     def __init__(
         self, *, settings: AgentServiceSettings, sessionmaker: async_sessionmaker, profiles: ProfileStore,
-        manager: RunManager, event_log: EventLog, admission: RunAdmission,
+        manager: RunManager, event_log: EventLog, admission: Admission,
     ) -> None:
         self._admission = admission
         self._settings = settings
@@ -80,7 +80,7 @@ class RunService:
         return handle
 
     async def _start(
-        self, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile, place: RunPlace,
+        self, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile, place: Slot,
     ) -> RunHandle:
         try:
             # A run that has to wait for its place does not call the model before it has one.
@@ -196,7 +196,7 @@ class RunService:
         # The caller's chat history seeds only a new session.
         return RunState.continued(session.transcript, request)
 
-    def _launch(self, claim: Claim, early: EarlyModelCall, place: RunPlace) -> RunHandle:
+    def _launch(self, claim: Claim, early: EarlyModelCall, place: Slot) -> RunHandle:
         channel = self._log.open_channel(claim.session_id, claim.run_id, claim.first_seq, reserved=claim.reserved)
         # Subscribed before the run can emit: its first events go straight to this execute's
         # stream, never through a log read that would queue behind other runs' group commits.

@@ -25,8 +25,9 @@ from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.routing.schemas import RouteDecision
 from conversation_service.tasks import TaskSupervisor
-from conversation_service.turns.admission import TurnAdmission, TurnPlace
+from conversation_service.turns.admission import capacity_wait
 from conversation_service.turns.leases import TurnLeases
+from shared.admission import Admission, Slot
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ QUEUED_ROUTE = {"target": "pending", "reason": "capacity"}
 class MessageService:
     def __init__(
         self, sessionmaker: async_sessionmaker, publisher: FramePublisher, dispatcher: ReplyDispatcher,
-        metrics: MessageMetrics, leases: TurnLeases, *, max_chars: int, admission: TurnAdmission,
+        metrics: MessageMetrics, leases: TurnLeases, *, max_chars: int, admission: Admission,
         tasks: TaskSupervisor,
     ) -> None:
         self.admission = admission
@@ -128,7 +129,7 @@ class MessageService:
         self._metrics.deduplicated.inc()
         return _accepted(existing, duplicate=True)
 
-    async def reply_to(self, conversation: Conversation, message: Message, place: TurnPlace) -> dict[str, str]:
+    async def reply_to(self, conversation: Conversation, message: Message, place: Slot) -> dict[str, str]:
         """Start the reply to a stored user message whose turn is open, in ``place`` (taken before the
         message was stored); its routing decision is recorded on the message (as the 202 shows it)
         and returned. A queued place: the reply starts once it has one (``QUEUED_ROUTE``)."""
@@ -161,17 +162,17 @@ class MessageService:
             await self._leases.finish(message.id)
             return {"target": "none", "reason": "dispatch_failed"}
 
-    def _queue(self, conversation: Conversation, message: Message, place: TurnPlace) -> None:
+    def _queue(self, conversation: Conversation, message: Message, place: Slot) -> None:
         # The turn is this replica's from now on: its lease is renewed while the message waits.
         self._leases.held.add(message.id)
         self._tasks.spawn(self._when_admitted(conversation, message, place), name=f"turn-queued:{message.id}")
 
-    async def _when_admitted(self, conversation: Conversation, message: Message, place: TurnPlace) -> None:
+    async def _when_admitted(self, conversation: Conversation, message: Message, place: Slot) -> None:
         async def show(data: dict) -> None:
             await self._publisher.emit(conversation.id, FrameType.AGENT_WAITING, {"message_id": message.id, **data})
 
         try:
-            await place.wait(show)
+            await place.wait(capacity_wait(show))
         except asyncio.CancelledError:
             # Shutdown: the turn stays running, released for another replica's takeover.
             place.release()

@@ -33,9 +33,9 @@ from conversation_service.messages.service import MessageService
 from conversation_service.realtime.frames import FrameType
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.reply_control.schemas import RegenerateAccepted, StopAccepted
-from conversation_service.turns.admission import TurnPlace
 from conversation_service.turns.leases import TurnLeases
 from conversation_service.turns.repository import TurnRepository
+from shared.admission import Slot
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class ReplyControl:
             raise
 
     async def _regenerate(
-        self, user: AuthenticatedUser, conversation_id: str, message_id: str, place: TurnPlace,
+        self, user: AuthenticatedUser, conversation_id: str, message_id: str, place: Slot,
     ) -> RegenerateAccepted:
         async with unit_of_work(self._sessionmaker) as session:
             conversation = await get_owned_conversation(session, user, conversation_id)

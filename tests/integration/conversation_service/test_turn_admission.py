@@ -5,15 +5,12 @@ nothing of it is stored; every accepted message is answered."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
-
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.llm.config import LLMSettings
 from tests.integration.conversation_service.support import (
+    Reader,
     auth,
     connect,
     make_settings,
@@ -28,34 +25,6 @@ SLOW = LLMSettings(llm_builtin_first_token_ms=0, llm_builtin_chunk_delay_ms=60)
 async def _metric(client: httpx.AsyncClient, base: str, name: str) -> float:
     text = (await client.get(f"{base}/metrics")).text
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
-
-
-class Reader:
-    """A WebSocket read in a task of its own: each frame with the time it arrived."""
-
-    def __init__(self, ws) -> None:
-        self.ws = ws
-        self.frames: list[dict] = []
-        self.received_at: list[float] = []
-        self._changed = asyncio.Event()
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        async for raw in self.ws:
-            self.frames.append(json.loads(raw))
-            self.received_at.append(time.monotonic())
-            self._changed.set()
-
-    async def wait_for(self, matches, timeout: float = 10) -> dict:
-        async with asyncio.timeout(timeout):
-            while not any(matches(f) for f in self.frames):
-                self._changed.clear()
-                await self._changed.wait()
-        return next(f for f in self.frames if matches(f))
-
-    async def close(self) -> None:
-        await self.ws.close()
-        await asyncio.gather(self.task, return_exceptions=True)
 
 
 async def test_one_runs_one_waits_visibly_one_is_refused_and_every_accepted_message_is_answered(
@@ -81,13 +50,13 @@ async def test_one_runs_one_waits_visibly_one_is_refused_and_every_accepted_mess
         assert await _metric(client, base, "conversation_turns_refused_total") == 1
         assert await _metric(client, base, "conversation_turns_queued") == 1
 
-        waiting = await readers[1].wait_for(lambda f: f["type"] == "agent.waiting")
+        waiting = await readers[1].first(lambda f: f["type"] == "agent.waiting")
         assert waiting["data"]["message_id"] == second.json()["message_id"]
         assert waiting["data"]["limit"] == "capacity" and "capacity" in waiting["data"]["reason"]
         assert waiting["data"]["until"] and waiting["data"]["wait_s"] >= 0
 
-        done_first = await readers[0].wait_for(lambda f: f["type"] == "message.completed", timeout=30)
-        done_second = await readers[1].wait_for(lambda f: f["type"] == "message.completed", timeout=30)
+        done_first = await readers[0].first(lambda f: f["type"] == "message.completed", timeout=30)
+        done_second = await readers[1].first(lambda f: f["type"] == "message.completed", timeout=30)
         assert done_first["data"]["status"] == "complete" and done_second["data"]["status"] == "complete"
         order = [f["type"] for f in readers[1].frames]
         assert order.index("agent.waiting") < order.index("message.delta")

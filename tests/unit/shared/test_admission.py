@@ -7,13 +7,20 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from shared.admission import Admission, QueuedWait, Refused
+from shared.admission import Admission, AdmissionMetrics, QueuedWait, Refused
+
+
+def _metrics() -> tuple[CollectorRegistry, AdmissionMetrics]:
+    r = CollectorRegistry()
+    return r, AdmissionMetrics(Gauge("in_flight", "", registry=r), Gauge("queued", "", registry=r),
+                               Counter("refused", "", registry=r), Histogram("waited_seconds", "", registry=r))
 
 
 async def test_the_bound_holds_and_queued_slots_start_first_come_first_served() -> None:
-    changes: list[tuple[int, int]] = []
-    admission = Admission(max_in_flight=2, max_queued=2, on_change=lambda f, q: changes.append((f, q)))
+    registry, metrics = _metrics()
+    admission = Admission(max_in_flight=2, max_queued=2, metrics=metrics)
     first, second = admission.admit(), admission.admit()
     third, fourth = admission.admit(), admission.admit()
     assert [s.granted for s in (first, second, third, fourth)] == [True, True, False, False]
@@ -21,6 +28,8 @@ async def test_the_bound_holds_and_queued_slots_start_first_come_first_served() 
     with pytest.raises(Refused) as refused:
         admission.admit()
     assert refused.value.retry_after_s >= 1 and (refused.value.in_flight, refused.value.queued) == (2, 2)
+    assert registry.get_sample_value("refused_total") == 1
+    assert (registry.get_sample_value("in_flight"), registry.get_sample_value("queued")) == (2, 2)
 
     started: list[str] = []
     third_started = asyncio.Event()
@@ -44,7 +53,8 @@ async def test_the_bound_holds_and_queued_slots_start_first_come_first_served() 
     fourth.release()
     fourth.release()  # idempotent
     assert (admission.in_flight, admission.queued) == (0, 0)
-    assert changes[-1] == (0, 0)
+    assert (registry.get_sample_value("in_flight"), registry.get_sample_value("queued")) == (0, 0)
+    assert registry.get_sample_value("waited_seconds_count") == 2, "the two queued slots' waits"
 
 
 async def test_a_queued_slot_reports_its_place_and_a_cancelled_one_leaves_the_queue() -> None:
@@ -84,6 +94,16 @@ async def test_retry_after_grows_with_the_queue_and_the_time_slots_are_held() ->
     for s in queued:
         s.release()
     assert 1 <= admission.retry_after_s() <= 300
+
+
+async def test_a_service_error_stands_for_the_refusal() -> None:
+    class Busy(Exception):
+        pass
+
+    admission = Admission(max_in_flight=1, max_queued=0, refusal=lambda refused: Busy(refused.retry_after_s))
+    admission.admit()
+    with pytest.raises(Busy):
+        admission.admit()
 
 
 def test_bad_bounds_are_refused() -> None:

@@ -15,11 +15,13 @@ class Work:
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.took = asyncio.Event()
         self.holding = 0
         self.finished = 0
 
     async def __call__(self, value: str = "done") -> str:
         self.holding += 1
+        self.took.set()
         try:
             await self.release.wait()
             self.finished += 1
@@ -47,12 +49,17 @@ async def test_past_its_time_the_caller_goes_on_and_the_call_ends_in_the_backgro
     assert work.finished == 1 and work.holding == 0 and calls.late == 0
 
 
+async def _calling(calls: RunToEnd, work: Work) -> asyncio.Task:
+    """A caller waiting (10 s at most) for ``work``, which holds something by now."""
+    caller = asyncio.create_task(calls.call(work(), timeout=10))
+    await work.took.wait()
+    return caller
+
+
 async def test_a_cancelled_caller_leaves_the_call_running_to_its_end() -> None:
     work = Work()
     calls = RunToEnd("store", limit=2)
-    caller = asyncio.create_task(calls.call(work(), timeout=10))
-    while not work.holding:
-        await asyncio.sleep(0)
+    caller = await _calling(calls, work)
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
@@ -130,9 +137,7 @@ async def test_stop_loop_cancels_a_pass_that_outlasts_the_grace() -> None:
 async def test_a_call_whose_own_task_is_cancelled_fails_without_cancelling_the_caller() -> None:
     work = Work()
     calls = RunToEnd("store", limit=1)
-    caller = asyncio.create_task(calls.call(work(), timeout=10))
-    while not work.holding:
-        await asyncio.sleep(0)
+    caller = await _calling(calls, work)
     [inner] = [t for t in asyncio.all_tasks() if t.get_name() == "store"]
     inner.cancel()
     with pytest.raises(CallCancelled):
