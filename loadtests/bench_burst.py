@@ -114,8 +114,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     root = work_dir("bench-burst")
     settings = dict(pair.split("=", 1) for pair in args.set)
     results: dict[str, Any] = {
-        "benchmark": "burst", "machine": machine(), "database": args.db, "target": args.target,
-        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "set")}, "agent_settings": settings,
+        "benchmark": "burst", "label": args.label, "machine": machine(), "database": args.db, "target": args.target,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "set", "label")},
+        "agent_settings": settings,
     }
     print(f"burst: {args.n} at once x {args.rounds} rounds, {args.target}, {args.db}, "
           f"settings {settings or 'default'}", flush=True)
@@ -160,6 +161,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--append", action="store_true", help="add this run to --out's runs")
+    parser.add_argument("--label", default="", help="a name for this run in the results")
     args = parser.parse_args(argv)
     if args.n < 1 or args.rounds < 1 or args.clients < 1 or args.tokens < 1:
         parser.error("--n, --rounds, --clients and --tokens must be at least 1")
