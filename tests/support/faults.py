@@ -27,12 +27,12 @@ from shared.fastpath.sqlite_gate import write_gate
 
 @contextmanager
 def cancel_statements(
-    engine: AsyncEngine, *, chance: float | Callable[[asyncio.Task], float] = 1.0,
+    engine: AsyncEngine, *, chance: float | Callable[[asyncio.Task, str], float] = 1.0,
     where: Callable[[str], bool] = lambda _sql: True, rng: random.Random | None = None,
     cancel: Callable[[asyncio.Task], object] = asyncio.Task.cancel,
 ) -> Iterator[list[str]]:
     """While the block runs, cancel the task of each statement ``where`` accepts, with probability
-    ``chance`` (or ``chance(task)``: 0 spares the task); ``cancel`` does it (a timeout's
+    ``chance`` (or ``chance(task, statement)``: 0 spares it); ``cancel`` does it (a timeout's
     ``reschedule`` to now, to cancel as that timeout would). Yields the statements cancelled so far."""
     rng = rng or random.Random(0)
     cancelled: list[str] = []
@@ -43,7 +43,7 @@ def cancel_statements(
         task = asyncio.current_task()
         if not armed or task is None or not where(statement):
             return
-        if rng.random() >= (chance(task) if callable(chance) else chance):
+        if rng.random() >= (chance(task, statement) if callable(chance) else chance):
             return
         cancelled.append(statement)
         asyncio.get_running_loop().call_soon(cancel, task)

@@ -32,7 +32,7 @@ def _chance(manager):
     """The chance that a statement of ``task`` is cancelled: requests (a client that went away)
     rarely, so that most runs start; runs and memory store calls often."""
 
-    def chance(task: asyncio.Task) -> float:
+    def chance(task: asyncio.Task, _statement: str) -> float:
         name = task.get_name()
         if name.startswith("memory ") or task.get_coro().__qualname__.endswith("Tool.run"):
             return 0.5  # the store's calls; a tool's (its own task, under the tool's timeout)
