@@ -8,6 +8,7 @@ in (tests, another host) is used as is and left open; by default both are built 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -17,6 +18,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from agent_service import health
+from agent_service.a2a import jsonrpc as a2a_jsonrpc
+from agent_service.a2a import router as a2a_router
+from agent_service.a2a.reader import TaskReader
+from agent_service.a2a.service import A2AService
+from agent_service.a2a.streams import TaskStreams
+from agent_service.a2a.transport import A2AParts
 from agent_service.deps import AgentState
 from agent_service.errors import install_error_handlers
 from agent_service.hooks.loading import load_hooks
@@ -148,6 +155,7 @@ async def build_runs(
     event_log = EventLog(
         sessionmaker, group_commit_ms=settings.group_commit_ms, live_queue_size=settings.live_queue_size, metrics=metrics,
         seq_block=settings.seq_reserve_block, notifier=notifier,
+        durable_write_budget_s=settings.durable_write_budget_seconds, max_pending=settings.event_log_max_pending,
     )
     event_log.start()
     stack.push_async_callback(event_log.aclose)
@@ -197,23 +205,45 @@ async def build_agent(
     event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics)
     if not settings.api_keys:
         log.warning("AGENT_SERVICE_API_KEYS is empty: every authenticated request is refused")
+    run_service = RunService(
+        settings=settings, sessionmaker=sessionmaker, profiles=profiles, manager=manager, event_log=event_log,
+        admission=run_admission(settings, metrics),
+    )
+    session_service = SessionService(settings=settings, sessionmaker=sessionmaker, manager=manager, event_log=event_log)
+    streamer = EventStreamer(
+        event_log, sessionmaker,
+        StreamSettings(heartbeat_seconds=settings.heartbeat_seconds, retry_ms=settings.sse_retry_ms),
+        metrics, stopping=app.state.shutdown.begun,
+    )
     return AgentState(
         settings=settings, metrics=metrics, db_engine=db_engine, profiles=profiles,
-        run_manager=manager, lease_keeper=keeper,
-        run_service=RunService(
-            settings=settings, sessionmaker=sessionmaker, profiles=profiles, manager=manager, event_log=event_log,
-            admission=run_admission(settings, metrics),
+        run_manager=manager, lease_keeper=keeper, run_service=run_service, session_service=session_service,
+        streamer=streamer, memory=memory,
+        a2a=build_a2a(
+            settings, profiles, run_service, session_service, streamer, event_log, sessionmaker,
+            stopping=app.state.shutdown.begun,
         ),
-        session_service=SessionService(
-            settings=settings, sessionmaker=sessionmaker, manager=manager, event_log=event_log,
-        ),
-        streamer=EventStreamer(
-            event_log, sessionmaker,
-            StreamSettings(heartbeat_seconds=settings.heartbeat_seconds, retry_ms=settings.sse_retry_ms),
-            metrics, stopping=app.state.shutdown.begun,
-        ),
-        memory=memory,
     )
+
+
+def build_a2a(
+    settings: AgentServiceSettings, profiles: ProfileStore, run_service: RunService, session_service: SessionService,
+    streamer: EventStreamer, event_log: EventLog, sessionmaker: async_sessionmaker, *, stopping: asyncio.Event,
+) -> A2AParts:
+    """The A2A server on top of the runs and sessions (it keeps no state of its own)."""
+    if settings.a2a_profile not in {profile.name for profile in profiles.all()}:
+        log.warning("AGENT_SERVICE_A2A_PROFILE names no profile: A2A messages without a skillId are refused",
+                    extra={"profile": settings.a2a_profile})
+    if settings.a2a_allow_anonymous:
+        log.warning("AGENT_SERVICE_A2A_ALLOW_ANONYMOUS is on: A2A requests need no API key (conformance tests only)")
+    service = A2AService(
+        settings=settings, runs=run_service, sessions=session_service, reader=TaskReader(sessionmaker, event_log),
+        streamer=streamer, event_log=event_log,
+    )
+    streams = TaskStreams(
+        service, session_service, event_log, heartbeat_s=settings.heartbeat_seconds, stopping=stopping,
+    )
+    return A2AParts(settings=settings, service=service, streams=streams)
 
 
 def create_app(
@@ -234,7 +264,7 @@ def create_app(
     install_api_docs(app)  # /docs with its files served from here: it works offline
     install_openapi(app)  # the document defines the ErrorBody every error answer is
     install_error_handlers(app)
-    for module in (health, runs_router, sessions_router, profiles_router, memory_router):
+    for module in (health, runs_router, sessions_router, profiles_router, memory_router, a2a_router, a2a_jsonrpc):
         app.include_router(module.router)
     install_heap_profile(app, settings.debug)  # only with DEBUG_HEAP_PROFILE=1
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)

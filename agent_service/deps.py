@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,6 +17,9 @@ from agent_service.runs.service import RunService
 from agent_service.runs.streaming import EventStreamer
 from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings
+
+if TYPE_CHECKING:
+    from agent_service.a2a.transport import A2AParts
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,8 @@ class AgentState:
     streamer: EventStreamer
     # None when AGENT_SERVICE_MEMORY_ENABLED is off.
     memory: LongTermMemory | None = None
+    # The A2A server's parts (its routes reach them through ``agent_service.a2a.transport.parts``).
+    a2a: A2AParts | None = None
 
 
 def _part(name: str) -> Any:

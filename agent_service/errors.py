@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shared.body_limit import over_content_cap
-from shared.http_contract import http_error
+from shared.http_contract import http_error, install_storage_errors
 from shared.protocol import MAX_CONTENT_CHARS, ErrorBody, ErrorCode
 
 
@@ -126,6 +126,7 @@ RUN_ERROR_RETRYABLE: dict[ErrorCode, bool] = {
     ErrorCode.INTERRUPTED: True,
     ErrorCode.QUESTION_EXPIRED: False,
     ErrorCode.RATE_LIMITED: True,
+    ErrorCode.STORAGE_UNAVAILABLE: True,
     ErrorCode.INTERNAL: False,
 }
 
@@ -151,3 +152,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
     # Unknown paths, wrong methods, unreadable bodies: ErrorBody as well.
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+    # The database away (a restart): 503 and Retry-After, not a 500.
+    install_storage_errors(app)

@@ -101,6 +101,13 @@ def event_histogram(
 class AgentMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._runs()
+        self._admission()
+        self._event_log()
+        self._model()
+        self._extensions()
+
+    def _runs(self) -> None:
         self.runs_started = Counter(
             "agent_runs_started", "Runs started (new messages and resumes)", registry=self.registry
         )
@@ -113,65 +120,12 @@ class AgentMetrics:
         self.active_runs = Gauge(
             "agent_active_runs", "Runs executing in this process", registry=self.registry, multiprocess_mode="liveall"
         )
-        self._admission_metrics()
-        # Counted per event (``labels()`` on every event was ~3 % of the process's CPU under
-        # streaming load, and ``inc`` takes a lock).
-        self.events = event_counter("agent_events", "Events emitted, by type", "type", self.registry)
         self.tool_latency = Histogram(
             "agent_tool_latency_seconds", "Tool call duration", ["tool"], buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.llm_ttft = Histogram(
-            "agent_llm_time_to_first_token_seconds", "Time from model request to its first streamed event",
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
-        )
-        self.llm_connection_wait = Histogram(
-            "agent_llm_connection_wait_seconds",
-            "Time a model call waited for a free LLM connection (LLM_MAX_CONNECTIONS) before it started",
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
-        )
-        self.llm_connection_waiters = Gauge(
-            "agent_llm_connection_waiters", "Model calls waiting now for a free LLM connection",
-            registry=self.registry,
-        )
-        self.event_batches = Histogram(
-            "agent_event_log_batch_size", "Events written per group commit",
-            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=self.registry,
-        )
-        self.event_overhead = event_histogram(
-            "agent_event_overhead_seconds",
-            "From a model delta received to its SSE bytes written to a live stream (non-terminal events)",
-            _OVERHEAD_BUCKETS, self.registry,
-        )
-        self.hook_failures = Counter(
-            "agent_hook_failures", "Hook calls that raised or timed out and were skipped, by hook, point and reason",
-            ["hook", "point", "reason"], registry=self.registry,
-        )
-        self.rate_limit_waits: Labelled[Counter] = Labelled(
-            Counter(
-                "agent_rate_limit_waits", "Model calls that waited for room in a rate limit (WAITING events), by limit",
-                ["limit"], registry=self.registry,
-            ),
-            "limit",
-        )
-        self._memory_metrics()
-        self.live_tail_notifications = Counter(
-            "agent_live_tail_notifications", "Commits of session events this process was told of (LISTEN/NOTIFY)",
-            registry=self.registry,
-        )
-        # A follower of a run of another process reads the log: at start, when notified, or by the
-        # slow fallback poll (a lost notification); "poll" staying near 0 means the push works.
-        self.follow_reads: Labelled[Counter] = Labelled(
-            Counter("agent_follow_reads", "Log reads of followers of another process's run, by cause", ["cause"],
-                    registry=self.registry),
-            "cause",
-        )
-        self.dropped_subscribers = Counter(
-            "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",
-            registry=self.registry,
-        )
 
-    def _admission_metrics(self) -> None:
+    def _admission(self) -> None:
         # Admission (runs.admission): places taken, runs waiting for one, executes refused with 503.
         self.runs_in_flight = Gauge(
             "agent_runs_in_flight", "Runs holding one of this process's AGENT_SERVICE_MAX_RUNS_IN_FLIGHT places",
@@ -190,7 +144,66 @@ class AgentMetrics:
             buckets=_LATENCY_BUCKETS, registry=self.registry,
         )
 
-    def _memory_metrics(self) -> None:
+    def _model(self) -> None:
+        self.llm_ttft = Histogram(
+            "agent_llm_time_to_first_token_seconds", "Time from model request to its first streamed event",
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.llm_connection_wait = Histogram(
+            "agent_llm_connection_wait_seconds",
+            "Time a model call waited for a free LLM connection (LLM_MAX_CONNECTIONS) before it started",
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.llm_connection_waiters = Gauge(
+            "agent_llm_connection_waiters", "Model calls waiting now for a free LLM connection",
+            registry=self.registry,
+        )
+
+    def _event_log(self) -> None:
+        # Counted per event (``labels()`` on every event was ~3 % of the process's CPU under
+        # streaming load, and ``inc`` takes a lock).
+        self.events = event_counter("agent_events", "Events emitted, by type", "type", self.registry)
+        self.event_batches = Histogram(
+            "agent_event_log_batch_size", "Events written per group commit",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=self.registry,
+        )
+        self.event_overhead = event_histogram(
+            "agent_event_overhead_seconds",
+            "From a model delta received to its SSE bytes written to a live stream (non-terminal events)",
+            _OVERHEAD_BUCKETS, self.registry,
+        )
+
+        self.live_tail_notifications = Counter(
+            "agent_live_tail_notifications", "Commits of session events this process was told of (LISTEN/NOTIFY)",
+            registry=self.registry,
+        )
+        # A follower of a run of another process reads the log: at start, when notified, or by the
+        # slow fallback poll (a lost notification); "poll" staying near 0 means the push works.
+        self.follow_reads: Labelled[Counter] = Labelled(
+            Counter("agent_follow_reads", "Log reads of followers of another process's run, by cause", ["cause"],
+                    registry=self.registry),
+            "cause",
+        )
+        self.events_lost = Counter(
+            "agent_event_log_lost", "Events the event log gave up writing (the database was away past the budget); "
+            "their runs ended with ERROR STORAGE_UNAVAILABLE", registry=self.registry,
+        )
+        self.dropped_subscribers = Counter(
+            "agent_live_subscribers_dropped", "Live streams ended because the client fell too far behind",
+            registry=self.registry,
+        )
+    def _extensions(self) -> None:
+        self.hook_failures = Counter(
+            "agent_hook_failures", "Hook calls that raised or timed out and were skipped, by hook, point and reason",
+            ["hook", "point", "reason"], registry=self.registry,
+        )
+        self.rate_limit_waits: Labelled[Counter] = Labelled(
+            Counter(
+                "agent_rate_limit_waits", "Model calls that waited for room in a rate limit (WAITING events), by limit",
+                ["limit"], registry=self.registry,
+            ),
+            "limit",
+        )
         self.memory_failures = Counter(
             "agent_memory_failures", "Memory store calls that failed or timed out, by operation", ["operation"],
             registry=self.registry,

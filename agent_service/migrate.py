@@ -8,7 +8,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_service.settings import REPO_ROOT
-from shared.db import create_engine
+from shared.db import create_engine, migration_connection
 
 SCRIPT_LOCATION = REPO_ROOT / "migrations" / "agent"
 
@@ -34,7 +34,7 @@ async def run_migrations(engine: AsyncEngine, action: str = "upgrade", revision:
         else:
             raise ValueError(f"unknown migration action {action!r}")
 
-    async with engine.begin() as connection:
+    async with migration_connection(engine) as connection:
         await connection.run_sync(_apply)
 
 

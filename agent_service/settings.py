@@ -37,6 +37,13 @@ class AgentServiceSettings(BaseSettings):
     knowledge_dir: Path | None = None
     ask_user_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
     group_commit_ms: Annotated[float, Field(ge=0)] = 50.0
+    # While the database is away (a restart, a failover) the event log's writes wait and are retried
+    # in order for this long; past it the runs whose events could not be written end with ERROR
+    # STORAGE_UNAVAILABLE, never with a COMPLETE over the hole.
+    durable_write_budget_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    # Events waiting for the group commit, all runs of the process together; past it a run's model
+    # stream waits for the database instead of growing memory.
+    event_log_max_pending: Annotated[int, Field(ge=100)] = 50_000
     # Seqs a run reserves durably (in its claim, then again before it runs out) so that it may show
     # events before their group commit; a crash leaves at most this many numbers unused.
     seq_reserve_block: Annotated[int, Field(ge=2, le=1_000_000)] = 1000
@@ -106,6 +113,17 @@ class AgentServiceSettings(BaseSettings):
     # counted. On shutdown the queue is written for at most memory_drain_seconds.
     memory_write_queue_size: Annotated[int, Field(ge=1)] = 1000
     memory_drain_seconds: Annotated[float, Field(ge=0)] = 5.0
+    # A2A (agent_service.a2a): the profile a message runs with unless its metadata names another
+    # skill, and the user its runs act for unless the request's metadata names one.
+    a2a_profile: Annotated[str, Field(min_length=1, max_length=128)] = "default"
+    a2a_user_id: Annotated[str, Field(min_length=1, max_length=128)] = "a2a"
+    # The base URL the Agent Card gives for the A2A interfaces (behind a proxy, its public URL);
+    # unset: the URL the card was fetched from.
+    a2a_public_url: str | None = None
+    # FOR CONFORMANCE TESTS ONLY, off by default: A2A requests need no API key, and the card says
+    # so. The A2A conformance kit (TCK) cannot send one. Never set in production: anyone who can
+    # reach the port could then run the agent.
+    a2a_allow_anonymous: bool = False
     log_level: str = "INFO"
     llm: LLMSettings = Field(default_factory=LLMSettings)
     # Limits on model calls per organisation and model (AGENT_SERVICE_RATE_LIMIT_*).

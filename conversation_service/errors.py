@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shared.body_limit import over_content_cap
-from shared.http_contract import http_error
+from shared.http_contract import http_error, install_storage_errors
 from shared.protocol import MAX_CONTENT_CHARS
 
 # WebSocket close codes (RFC 6455 and the IANA registry).
@@ -114,3 +114,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     # Unknown paths, wrong methods (with every allowed one), unreadable bodies.
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+    # The database away (a restart): 503 and Retry-After, not a 500.
+    install_storage_errors(app)

@@ -39,6 +39,7 @@ from conversation_service.realtime.repository import FrameRepository
 from conversation_service.realtime.reservations import SeqReservations
 from conversation_service.realtime.seq import InProcessSeqAllocator, RedisSeqAllocator, SeqAllocator
 from conversation_service.realtime.writer import FrameWriter
+from conversation_service.replies.ender import ReplyEnder
 from conversation_service.reply_control.service import ReplyControl
 from conversation_service.resilience.breaker import BreakerState, CircuitBreaker
 from conversation_service.resilience.breaker_metrics import BreakerCollector
@@ -54,6 +55,7 @@ from shared.http_metrics import install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
 from shared.rate_limit import RateLimiter, build_limiter, default_model
+from shared.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,8 @@ class Storage:
     sessionmaker: async_sessionmaker
     # The turn leases' renewals and takeovers: a pool of their own (``create_lease_engine``).
     lease_sessionmaker: async_sessionmaker
+    # Background work's transactions, run again while the database is briefly away.
+    transactions: Transactions
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +113,16 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
             app.state.agent_client = client  # the memory routes ask the Agent Service directly
             # Replies and turns under way stop before the client they use closes.
             tasks = app.state.tasks = await stack.enter_async_context(TaskSupervisor(app.state.shutdown))
+            replies = ReplyEnder(storage.transactions, realtime.publisher)
             replier = DirectLLMReplier(
-                storage.sessionmaker, llm, realtime.publisher, metrics.direct,
+                storage.transactions, llm, realtime.publisher, metrics.direct, replies,
                 history_messages=settings.direct_history_messages,
                 system_prompt=settings.direct_llm_system_prompt, max_tokens=settings.direct_llm_max_tokens,
                 limiter=build_rate_limits(stack, settings),
                 model=default_model(settings.llm, llm), stops=leases.stops,
             )
             agent = app.state.agent = await stack.enter_async_context(
-                build_agent(settings, storage, realtime, llm, client, replier, tasks, leases, metrics))
+                build_agent(settings, storage, realtime, llm, client, replier, replies, tasks, leases, metrics))
             app.state.dead_letters = DeadLetterReplayer(storage.sessionmaker, agent.delegation, tasks, leases)
             messages = app.state.messages = MessageService(
                 storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages, leases,
@@ -138,7 +143,8 @@ async def build_storage(settings: ConversationSettings) -> AsyncIterator[Storage
         if settings.should_migrate_on_start:
             await migrate.upgrade(engine)
         sessionmaker = create_sessionmaker(engine)
-        yield Storage(engine, sessionmaker, create_sessionmaker(lease_engine) if lease_engine else sessionmaker)
+        yield Storage(engine, sessionmaker, create_sessionmaker(lease_engine) if lease_engine else sessionmaker,
+                      Transactions(sessionmaker, budget_s=settings.durable_write_budget_s))
     finally:
         if lease_engine is not None:
             await lease_engine.dispose()
@@ -149,7 +155,8 @@ async def build_storage(settings: ConversationSettings) -> AsyncIterator[Storage
 async def build_leases(settings: ConversationSettings, storage: Storage) -> AsyncIterator[TurnLeases]:
     """This replica's turn leases; on a graceful shutdown the unfinished turns are released for
     another replica to take over at once."""
-    leases = TurnLeases(storage.sessionmaker, lease_s=settings.turn_lease_s, keeper_sessionmaker=storage.lease_sessionmaker)
+    leases = TurnLeases(storage.sessionmaker, lease_s=settings.turn_lease_s, keeper_sessionmaker=storage.lease_sessionmaker,
+                        write_budget_s=settings.durable_write_budget_s)
     try:
         yield leases
     finally:
@@ -184,7 +191,7 @@ async def build_realtime(
 ) -> AsyncIterator[Realtime]:
     writer = FrameWriter(
         storage.sessionmaker, interval=settings.frame_flush_interval_s, max_batch=settings.frame_flush_max_batch,
-        queue_size=settings.frame_writer_queue_size, metrics=metrics.frames,
+        queue_size=settings.frame_writer_queue_size, metrics=metrics.frames, retry_for_s=settings.durable_write_budget_s,
     )
 
     async def seq_floor(conversation_id: str) -> int:
@@ -196,7 +203,7 @@ async def build_realtime(
 
     hub: Hub
     seq: SeqAllocator
-    reservations = SeqReservations(storage.sessionmaker)
+    reservations = SeqReservations(storage.transactions)
     block = settings.frame_seq_block
     if settings.redis_url:
         hub = RedisHub(settings.redis_url, f"{settings.redis_channel_prefix}:frames",
@@ -238,8 +245,8 @@ def _breaker(settings: ConversationSettings, metrics: ConversationMetrics) -> Ci
 @asynccontextmanager
 async def build_agent(
     settings: ConversationSettings, storage: Storage, realtime: Realtime, llm: LLMProvider,
-    client: AgentServiceClient, replier: DirectLLMReplier, tasks: TaskSupervisor, leases: TurnLeases,
-    metrics: ConversationMetrics,
+    client: AgentServiceClient, replier: DirectLLMReplier, replies: ReplyEnder, tasks: TaskSupervisor,
+    leases: TurnLeases, metrics: ConversationMetrics,
 ) -> AsyncIterator[AgentParts]:
     """The agent path; its background jobs (question expiry, health checks, turn lease renewal and
     takeover) run while the block does."""
@@ -252,12 +259,12 @@ async def build_agent(
         settings.history, llm=llm, summary_cache=DatabaseSummaryCache(sessionmaker), registry=metrics.registry
     )
     processor = AgentEventProcessor(
-        sessionmaker, publisher, metrics.agent,
+        storage.transactions, publisher, metrics.agent, replies,
         queue_size=config.agent_event_queue_size, ask_user_timeout_s=config.ask_user_timeout_s,
     )
-    failures = TurnFailures(sessionmaker=sessionmaker, processor=processor, publisher=publisher, metrics=metrics.agent)
+    failures = TurnFailures(transactions=storage.transactions, processor=processor, metrics=metrics.agent)
     delegation = AgentDelegation(
-        sessionmaker=sessionmaker, client=client, breaker=breaker, history=history, processor=processor,
+        transactions=storage.transactions, client=client, breaker=breaker, history=history, processor=processor,
         replier=replier, publisher=publisher, metrics=metrics.agent, settings=config, tasks=tasks, leases=leases,
         failures=failures,
     )
@@ -269,8 +276,8 @@ async def build_agent(
     answers = AnswerService(sessionmaker, publisher, expiry, delegation, metrics.agent, leases,
                             max_chars=settings.max_message_chars)
     takeover = TurnTakeover(
-        sessionmaker=sessionmaker, leases=leases, dispatcher=dispatcher, delegation=delegation, processor=processor,
-        client=client, publisher=publisher, tasks=tasks, metrics=metrics.agent, failures=failures,
+        transactions=storage.transactions, leases=leases, dispatcher=dispatcher, delegation=delegation,
+        processor=processor, client=client, replies=replies, tasks=tasks, metrics=metrics.agent, failures=failures,
     )
     async with (
         every(config.agent_cleanup_interval_s, expiry.expire_all_due, name="ask-user-expiry"),

@@ -134,6 +134,10 @@ class AgentMetrics:
             "Turns taken over after their replica died, by outcome (resumed, failed, restarted, settled)",
             ["outcome"], registry=r,
         ), "outcome", ("resumed", "failed", "restarted", "settled"))
+        self.unmapped_events = _labelled(Counter(
+            "conversation_agent_events_unmapped_total",
+            "Agent events of a type the chat does not show (a newer Agent Service), by type", ["type"], registry=r,
+        ), "type")
 
 
 class TurnMetrics:

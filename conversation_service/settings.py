@@ -70,6 +70,10 @@ class ConversationSettings(BaseSettings):
     frame_flush_interval_s: float = Field(default=0.05, gt=0, le=5)
     frame_flush_max_batch: int = Field(default=500, ge=1, le=10_000)
     frame_writer_queue_size: int = Field(default=20_000, ge=100)
+    # While the database is away (a restart, a failover), frame writes and the writes that end a
+    # reply wait and are retried in order for this long; past it a reply ends with an error the user
+    # sees (or, when even that cannot be stored, is left to a takeover once the database is back).
+    durable_write_budget_s: float = Field(default=30.0, gt=0, le=3600)
     # Frame seqs are reserved durably this many at a time (one small write per block and
     # conversation); after a crash the unused rest of a block is a hole in the seqs, never a reuse.
     frame_seq_block: int = Field(default=1000, ge=1, le=100_000)

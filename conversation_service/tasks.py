@@ -20,6 +20,7 @@ from contextvars import ContextVar
 from typing import Any, Protocol, Self
 
 from shared.serving import Shutdown
+from shared.transactions import is_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -103,15 +104,25 @@ class TaskSupervisor:
 @contextlib.asynccontextmanager
 async def every(interval_s: float, job: Callable[[], Awaitable[object]], *, name: str) -> AsyncIterator[None]:
     """Run ``job`` now and then every ``interval_s`` in a background task until the block ends (which
-    waits for a run under way). A failed run is logged; the next one comes on time."""
+    waits for a run under way). A failed run is logged; the next one comes on time. While the
+    database is away (a restart) that is said once, not with a traceback on every run."""
     stop = asyncio.Event()
 
     async def loop() -> None:
+        waiting_for_database = False
         while not stop.is_set():
             try:
                 await job()
-            except Exception:
-                log.exception("background job failed", extra={"task": name})
+                if waiting_for_database:
+                    log.info("background job runs again", extra={"task": name})
+                waiting_for_database = False
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    log.exception("background job failed", extra={"task": name})
+                elif not waiting_for_database:
+                    waiting_for_database = True
+                    log.warning("background job waits for the database", extra={
+                        "task": name, "error_type": type(exc).__name__})
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval_s)
 

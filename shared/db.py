@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ import orjson
 from sqlalchemy import DateTime, event
 from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import DisconnectionError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.types import TypeDecorator
 
 from shared.fastpath.sqlite_gate import gate_writers
@@ -135,6 +137,25 @@ def _replace_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any)
     """
     if dbapi_connection.driver_connection.is_closed():
         raise DisconnectionError("the database server closed this pooled connection")
+
+
+@asynccontextmanager
+async def migration_connection(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection in one transaction, for Alembic's revisions. On SQLite with foreign keys off
+    meanwhile: a batch operation copies a table and drops the old one, and with them on, dropping a
+    parent table deletes its children's rows (``ON DELETE CASCADE``) in the middle of a migration."""
+    async with engine.connect() as conn:
+        sqlite = engine.dialect.name == "sqlite"
+        if sqlite:
+            await conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            await conn.commit()  # the pragma takes effect only outside a transaction
+        try:
+            async with conn.begin():
+                yield conn
+        finally:
+            if sqlite:
+                await conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+                await conn.commit()
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker:

@@ -12,16 +12,22 @@ every method the path has (``Allow``), although FastAPI keeps each method in a r
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import Match
 
 from shared.protocol import ErrorBody, EventType
 from shared.sse import SSE_MEDIA_TYPE
+from shared.transactions import is_unavailable
+
+log = logging.getLogger(__name__)
 
 _ERROR_SCHEMA_REF = {"$ref": "#/components/schemas/ErrorBody"}
 
@@ -114,3 +120,27 @@ def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         headers["Allow"] = allowed_methods(request)
     body = ErrorBody(error=HTTP_ERROR_NAMES.get(exc.status_code, "http_error"), detail=exc.detail)
     return JSONResponse(body.model_dump(mode="json"), status_code=exc.status_code, headers=headers or None)
+
+
+# Seconds a client is told to wait before trying again while the database is away.
+STORAGE_RETRY_AFTER_S = 2
+
+
+def storage_error(request: Request, exc: Exception) -> JSONResponse:
+    """A database error that reached a route: 503 with ``Retry-After`` while the database is away (a
+    restart, a failover; nothing was done, the same request may be sent again), else the 500 it is."""
+    if is_unavailable(exc):
+        log.warning("database unavailable; request answered 503", extra={"error_type": type(exc).__name__})
+        body = ErrorBody(error="storage_unavailable", detail="the database is unavailable; try again shortly")
+        return JSONResponse(body.model_dump(mode="json"), status_code=503,
+                            headers={"Retry-After": str(STORAGE_RETRY_AFTER_S)})
+    log.error("request failed", exc_info=exc)
+    body = ErrorBody(error="internal_error", detail="internal error")
+    return JSONResponse(body.model_dump(mode="json"), status_code=500)
+
+
+def install_storage_errors(app: FastAPI) -> None:
+    """``storage_error`` for the database's errors (SQLAlchemy's and the drivers' connection errors)."""
+    for kind in (DBAPIError, DisconnectionError, ConnectionError, asyncpg.exceptions.PostgresConnectionError,
+                 asyncpg.exceptions.CannotConnectNowError):
+        app.add_exception_handler(kind, storage_error)  # type: ignore[arg-type]

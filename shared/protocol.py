@@ -187,6 +187,7 @@ class ErrorCode(StrEnum):
     INTERRUPTED = "INTERRUPTED"  # the process running the run stopped (crash, restart)
     QUESTION_EXPIRED = "QUESTION_EXPIRED"
     RATE_LIMITED = "RATE_LIMITED"  # a rate limit would have made the run wait too long; see retry_after_s
+    STORAGE_UNAVAILABLE = "STORAGE_UNAVAILABLE"  # the database stayed away too long: the run's events are not all saved
     INTERNAL = "INTERNAL"
 
 

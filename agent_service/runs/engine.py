@@ -35,6 +35,7 @@ from agent_service.memory.recall import LongTermMemory, memory_message
 from agent_service.memory.store import Owner
 from agent_service.metrics import AgentMetrics
 from agent_service.runs.context_window import ContextWindow
+from agent_service.runs.model_reply import ModelReply
 from agent_service.runs.state import (
     Completed,
     Failed,
@@ -50,21 +51,16 @@ from agent_service.tools.base import Tool, ToolContext, ToolError
 from shared.fastpath.fair_share import fair_share
 from shared.llm.base import (
     CompletionOptions,
-    LLMDone,
     LLMError,
     LLMMessage,
     LLMProvider,
-    ReasoningDelta,
-    TextDelta,
     ToolCall,
 )
 from shared.protocol import (
-    AnswerChunkData,
     AskUserKind,
     ErrorCode,
     EventType,
     PendingQuestion,
-    ThoughtData,
     ToolEndData,
     ToolStartData,
     WaitingData,
@@ -201,80 +197,57 @@ class ReActEngine:
         self, ctx: RunContext, state: RunState, messages: list[LLMMessage], specs, options: CompletionOptions,
         emit: Emit, answer: list[str], ready: Awaitable[None] | None = None,
     ) -> tuple[str, list[ToolCall]]:
-        text: list[str] = []
-        reasoning: list[str] = []
-        calls: list[ToolCall] = []
-        done: LLMDone | None = None
+        """One model call: its prompt through the hooks, room in the rate limits, its reply streamed,
+        the hooks told, its usage counted and recorded against the limits."""
         run = run_info(ctx)
         # The prompt of this call: hooks may change it; the run's transcript stays as it is.
         prompt = BeforeModelCall(run, state.steps, messages, options)
         if self.hooks.wants(HookPoint.BEFORE_MODEL_CALL):
             await self.hooks.call(HookPoint.BEFORE_MODEL_CALL, prompt)
-        chunk_hooks = self.hooks.wants(HookPoint.ANSWER_CHUNK)
         model = prompt.options.model or self.default_model
         if self.limiter is not None:
             await self._take_budget(run, model, prompt.messages, emit, ready)
         started = time.perf_counter()
-        first = True
+        reply = await self._stream_reply(run, state.steps, prompt, specs, emit, ready)
+        answer.extend(reply.text)
+        if self.hooks.wants(HookPoint.AFTER_MODEL_CALL):
+            await self.hooks.call(
+                HookPoint.AFTER_MODEL_CALL,
+                AfterModelCall(run, state.steps, reply.content, list(reply.calls), time.perf_counter() - started),
+            )
+        completion = await _count_usage(state, prompt.messages, reply)
+        if self.limiter is not None:
+            await self.limiter.record_output(run.org_id, model, completion)
+        return reply.content, reply.calls
 
-        def end_reasoning() -> None:
-            if reasoning:
-                emit(EventType.THOUGHT, ThoughtData(text="".join(reasoning), step=state.steps))
-                reasoning.clear()
+    async def _stream_reply(
+        self, run: RunInfo, step: int, prompt: BeforeModelCall, specs, emit: Emit, ready: Awaitable[None] | None,
+    ) -> ModelReply:
+        """The model's reply, each event taken as it arrives; nothing is emitted before ``ready`` (the
+        run's claim may still be committing while the model starts: ``early_start``)."""
+        on_chunk = None
+        if self.hooks.wants(HookPoint.ANSWER_CHUNK):
+            async def on_chunk(text: str) -> None:
+                await self.hooks.call(HookPoint.ANSWER_CHUNK, AnswerChunk(run, text))
 
+        reply = ModelReply(emit, step, on_chunk)
+        started = time.perf_counter()
         stream = self.provider.stream(prompt.messages, tools=specs, options=prompt.options)
         try:
+            # fair_share pauses for other runs after an event is out, never before.
             async for event in fair_share(stream):
-                if first:
+                if started is not None:
                     self.metrics.llm_ttft.observe(time.perf_counter() - started)
-                    first = False
+                    started = None
                     if ready is not None:
                         await ready
-                if isinstance(event, TextDelta):
-                    if not event.text:
-                        continue
-                    end_reasoning()
-                    text.append(event.text)
-                    answer.append(event.text)
-                    # A reader that keeps up has the chunk on its socket when emit returns (see
-                    # EventLog); fair_share pauses for other runs after it, never before.
-                    emit(EventType.ANSWER_CHUNK, AnswerChunkData(text=event.text))
-                    if chunk_hooks:
-                        await self.hooks.call(HookPoint.ANSWER_CHUNK, AnswerChunk(run, event.text))
-                elif isinstance(event, ReasoningDelta):
-                    reasoning.append(event.text)
-                elif isinstance(event, ToolCall):
-                    end_reasoning()
-                    calls.append(event)
-                elif isinstance(event, LLMDone):
-                    done = event
+                await reply.take(event)
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
-        end_reasoning()
-        content = "".join(text)
-        completion_before = state.usage.completion_tokens
-        if self.hooks.wants(HookPoint.AFTER_MODEL_CALL):
-            await self.hooks.call(
-                HookPoint.AFTER_MODEL_CALL,
-                AfterModelCall(run, state.steps, content, list(calls), time.perf_counter() - started),
-            )
-        state.usage.llm_calls += 1
-        if done is not None and done.prompt_tokens:
-            state.usage.prompt_tokens += done.prompt_tokens
-        else:
-            state.usage.prompt_tokens += await asyncio.to_thread(
-                count_messages_tokens, [(m.role, m.content) for m in prompt.messages]
-            )
-        if done is not None and done.completion_tokens:
-            state.usage.completion_tokens += done.completion_tokens
-        else:
-            state.usage.completion_tokens += count_tokens(content)
-        state.usage.total_tokens = state.usage.prompt_tokens + state.usage.completion_tokens
-        if self.limiter is not None:
-            await self.limiter.record_output(run.org_id, model, state.usage.completion_tokens - completion_before)
-        return content, calls
+        reply.end_reasoning()
+        return reply
 
     async def _take_budget(
         self, run: RunInfo, model: str, messages: list[LLMMessage], emit: Emit, ready: Awaitable[None] | None,
@@ -378,6 +351,21 @@ class ReActEngine:
         if len(content) > self.max_tool_result_chars:
             content = content[: self.max_tool_result_chars] + " …[truncated]"
         state.transcript.append(LLMMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+
+
+async def _count_usage(state: RunState, prompt: list[LLMMessage], reply: ModelReply) -> int:
+    """Add the call to the run's usage (the provider's counts, or ours when it sends none); the
+    completion tokens it used."""
+    done = reply.done
+    state.usage.llm_calls += 1
+    if done is not None and done.prompt_tokens:
+        state.usage.prompt_tokens += done.prompt_tokens
+    else:
+        state.usage.prompt_tokens += await asyncio.to_thread(count_messages_tokens, [(m.role, m.content) for m in prompt])
+    completion = done.completion_tokens if done is not None and done.completion_tokens else count_tokens(reply.content)
+    state.usage.completion_tokens += completion
+    state.usage.total_tokens = state.usage.prompt_tokens + state.usage.completion_tokens
+    return completion
 
 
 def run_info(ctx: RunContext) -> RunInfo:

@@ -10,6 +10,12 @@ it, so a client that reads ASK_USER can answer at once and a restart never loses
 Events not yet written stay readable from ``SessionChannel.unflushed``, so a replay never misses
 the last few milliseconds of events.
 
+A durable write is never skipped: while the database is away, the group commit retries in order
+(``durable_write_budget_s``), the terminal write too, and the model stream waits when too many events
+queue (``room``). Events the writer had to give up mark their run's channel ``lost``: such a run
+ends with ERROR STORAGE_UNAVAILABLE, never with a COMPLETE (or ASK_USER) over the hole; a terminal
+event that could not be written is shown as that ERROR, not as what it would have said.
+
 A seq is forever: an event is shown only once its seq is durably reserved for the run
 (``agent_sessions.seq_reserved``, raised by the claim a block ahead and extended in the background
 before the run gets there). An event past the reservation is held back (``SessionChannel.held``)
@@ -20,6 +26,7 @@ so after a crash the log has a hole (events shown but never written), never a re
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import deque
@@ -31,12 +38,13 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.metrics import AgentMetrics
-from agent_service.runs.event_writer import WRITE_ATTEMPTS, EventWriter
+from agent_service.runs.event_writer import EventWriter
 from agent_service.runs.live_tail import LiveTailNotifier, LocalNotifier
 from agent_service.runs.repository import EventRepository, SessionRepository
 from shared.fastpath.handoff import Handoff
 from shared.fastpath.prevalidated import prevalidated
-from shared.protocol import EventEnvelope, EventType, utcnow
+from shared.group_commit import RETRY_PAUSES_S
+from shared.protocol import ErrorCode, ErrorData, EventEnvelope, EventType, utcnow
 from shared.sse import encode_envelope
 
 log = logging.getLogger(__name__)
@@ -44,6 +52,12 @@ log = logging.getLogger(__name__)
 # Events after which the group-commit writer flushes without waiting for its interval.
 _BOUNDARY_EVENTS = frozenset({EventType.TOOL_END, EventType.THOUGHT})
 _live_envelope = prevalidated(EventEnvelope)
+UNSAVED_END = "the run's end could not be saved: its database was unavailable for too long"
+
+
+class EventsNotSaved(Exception):
+    """Raised by ``emit_final`` for an end other than ERROR after some of the run's events were given
+    up: nothing durable may claim completion over a hole. The caller ends the run with an ERROR."""
 
 
 class RunTakenOver(Exception):
@@ -130,6 +144,8 @@ class SessionChannel:
     extending: asyncio.Task[None] | None = None
     # The highest seq committed by the group commit.
     written: int = 0
+    # Some of its events were given up by the writer (the database stayed away too long).
+    lost: bool = False
 
     @property
     def last_seq(self) -> int:
@@ -141,6 +157,7 @@ class EventLog:
     def __init__(
         self, sessionmaker: async_sessionmaker, *, group_commit_ms: float, live_queue_size: int,
         metrics: AgentMetrics, seq_block: int = 1000, notifier: LiveTailNotifier | None = None,
+        durable_write_budget_s: float = 30.0, max_pending: int = 50_000,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._queue_size = live_queue_size
@@ -148,7 +165,11 @@ class EventLog:
         self._extensions: set[asyncio.Task[None]] = set()
         self._metrics = metrics
         self._channels: dict[str, SessionChannel] = {}
-        self.writer = EventWriter(sessionmaker, group_commit_ms / 1000, metrics, self._written)
+        self._budget_s = durable_write_budget_s
+        self.writer = EventWriter(
+            sessionmaker, group_commit_ms / 1000, metrics, self._written, retry_for_s=durable_write_budget_s,
+            on_given_up=self._given_up, max_pending=max_pending,
+        )
         # Followers in other processes learn of every commit that adds events (``live_tail``).
         self.notifier = self.writer.notifier = notifier or LocalNotifier(fallback_poll_s=0.5)
 
@@ -242,36 +263,37 @@ class EventLog:
                 channel.unflushed[item.envelope.seq] = item
             self._publish(channel, item)
 
+    def room(self) -> Awaitable[None] | None:
+        """None while the writer has room; else what to await before the next event (the database is
+        behind or away, and memory must not grow without bound)."""
+        return None if self.writer.has_room() else self.writer.room()
+
+    async def durable(self, channel: SessionChannel) -> bool:
+        """Wait until every event the run emitted is committed or given up; False when some were
+        given up (the run must then end with an error)."""
+        try:
+            await self.writer.flush()
+        except Exception:  # noqa: BLE001, S110 - a batch was given up: ``lost`` says whether it held ours
+            pass
+        return not channel.lost
+
     async def emit_final(
         self, channel: SessionChannel, type_: EventType, data: BaseModel | dict[str, Any],
         finalize: Callable[[AsyncSession], Awaitable[None]],
     ) -> EventEnvelope:
         """Write everything before it, then the terminal event together with ``finalize``'s changes
-        in one transaction; only then publish it and close the channel."""
+        in one transaction (retried in order while the database is away); only then publish it and
+        close the channel."""
+        if not await self.durable(channel) and type_ is not EventType.ERROR:
+            raise EventsNotSaved(channel.run_id)
         item = self._envelope(channel, type_, data)
         taken_over = written = False
         try:
-            await self.writer.flush()
-            for attempt in range(1, WRITE_ATTEMPTS + 1):
-                try:
-                    async with self._sessionmaker.begin() as db:
-                        # finalize first: it checks the run is still this process's (before the
-                        # insert could collide with another replica's end of it), and it locks the
-                        # run row before the session row, the order recovery locks them in.
-                        await finalize(db)
-                        await EventRepository(db).insert_many([item.envelope])
-                        # Every seq shown is now in the log: the reservation ends with the run.
-                        await SessionRepository(db).close_log(channel.session_id, item.envelope.seq)
-                        await self.notifier.announce(db, channel.session_id, item.envelope.seq)
-                    written = True
-                    break
-                except RunTakenOver:
-                    taken_over = True
-                    raise
-                except Exception:
-                    if attempt == WRITE_ATTEMPTS:
-                        raise
-                    await asyncio.sleep(0.05 * 2**attempt)  # back off before hitting the database again
+            await self._write_final(channel, item, finalize)
+            written = True
+        except RunTakenOver:
+            taken_over = True
+            raise
         finally:
             if written:
                 self._release_held(channel, upto=item.envelope.seq)  # all in the log by now
@@ -282,16 +304,56 @@ class EventLog:
                 # would show readers an end that is not in the log.
                 self.abandon(channel)
             elif item.envelope.seq <= channel.reserved:
-                # The write failed: readers still get the end of the stream; the session stays
-                # ACTIVE in the database and recovery ends it, above the reservation, once the
-                # lease expires.
-                self._publish(channel, item)
+                # The write failed: readers learn that the run ended without its end saved (not what
+                # the end would have said); the session stays ACTIVE in the database and recovery
+                # ends it, above the reservation, once the lease expires.
+                self._publish(channel, self._unsaved_end(channel, item.envelope.seq))
                 self.close_channel(channel)
             else:
                 # The write failed and the seq is not reserved: recovery may write its end there,
                 # so it is not shown. Readers are cut off and resume from the log.
                 self.close_channel(channel)
         return item.envelope
+
+    async def _write_final(
+        self, channel: SessionChannel, item: LiveEvent, finalize: Callable[[AsyncSession], Awaitable[None]],
+    ) -> None:
+        deadline = time.monotonic() + self._budget_s
+        for pause in itertools.chain(RETRY_PAUSES_S, itertools.repeat(RETRY_PAUSES_S[-1])):
+            try:
+                async with self._sessionmaker.begin() as db:
+                    # finalize first: it checks the run is still this process's (before the insert
+                    # could collide with another replica's end of it), and it locks the run row
+                    # before the session row, the order recovery locks them in.
+                    await finalize(db)
+                    await EventRepository(db).insert_many([item.envelope])
+                    # Every seq shown is now in the log: the reservation ends with the run.
+                    await SessionRepository(db).close_log(channel.session_id, item.envelope.seq)
+                    await self.notifier.announce(db, channel.session_id, item.envelope.seq)
+                return
+            except RunTakenOver:
+                raise
+            except Exception as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.warning("terminal event could not be written; retrying", extra={
+                    "run_id": channel.run_id, "error_type": type(exc).__name__})
+                await asyncio.sleep(pause)
+
+    def _unsaved_end(self, channel: SessionChannel, seq: int) -> LiveEvent:
+        data = ErrorData(code=ErrorCode.STORAGE_UNAVAILABLE.value, message=UNSAVED_END, retryable=True)
+        envelope = _live_envelope(channel.session_id, channel.run_id, seq, EventType.ERROR, utcnow(),
+                                  data.model_dump(mode="json"))
+        self._metrics.events.inc(EventType.ERROR)
+        return LiveEvent(envelope, encode_envelope(envelope))
+
+    def _given_up(self, batch: list[EventEnvelope], _exc: Exception) -> None:
+        """The writer gave these events up: their runs must not end as if they were saved."""
+        self._metrics.events_lost.inc(len(batch))
+        for env in batch:
+            channel = self._channels.get(env.session_id)
+            if channel is not None and channel.run_id == env.run_id:
+                channel.lost = True
 
     def abandon(self, channel: SessionChannel) -> None:
         """End a run's live side without a terminal event or any further write: another process

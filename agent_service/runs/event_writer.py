@@ -1,14 +1,15 @@
 """What a group commit of run events means for the database.
 
 ``shared.group_commit.GroupCommitter`` decides when a batch is written (at most every
-``group_commit_ms``, sooner at an event boundary); ``EventWriter._write`` decides how: one
-transaction per batch, retried a few times, and, when runs are leased, only the events of runs
-this process still holds (the others were taken over by another replica, which owns their seqs now).
+``group_commit_ms``, sooner at an event boundary) and retries a failing one in order while the
+database is away (``durable_write_budget_seconds``); ``EventWriter._write`` decides how: one
+transaction per batch and, when runs are leased, only the events of runs this process still holds
+(the others were taken over by another replica, which owns their seqs now). A batch given up after
+the budget is reported to ``on_given_up``: the event log ends those runs with an error.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
@@ -23,8 +24,6 @@ from shared.protocol import EventEnvelope
 
 log = logging.getLogger(__name__)
 
-WRITE_ATTEMPTS = 3
-
 
 class _RunsLost(Exception):
     def __init__(self, run_ids: set[str]) -> None:
@@ -37,13 +36,15 @@ class EventWriter:
 
     def __init__(
         self, sessionmaker: async_sessionmaker, interval_s: float, metrics: AgentMetrics,
-        on_written: Callable[[list[EventEnvelope]], None],
+        on_written: Callable[[list[EventEnvelope]], None], *, retry_for_s: float = 30.0,
+        on_given_up: Callable[[list[EventEnvelope], Exception], None] | None = None, max_pending: int = 50_000,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._metrics = metrics
         self._on_written = on_written
         self._commits: GroupCommitter[EventEnvelope] = GroupCommitter(
-            self._write, interval_s=interval_s, name="agent-event-writer"
+            self._write, interval_s=interval_s, name="agent-event-writer", retry_for_s=retry_for_s,
+            on_given_up=on_given_up, max_pending=max_pending,
         )
         # Set when runs are leased (replicas sharing the database): only events of runs this
         # owner still holds are written; ``on_taken_over`` learns of the others.
@@ -58,6 +59,13 @@ class EventWriter:
     def add(self, envelope: EventEnvelope) -> None:
         self._commits.add(envelope)
 
+    def has_room(self) -> bool:
+        return self._commits.has_room()
+
+    async def room(self) -> None:
+        """Return once fewer than ``max_pending`` events wait for the database."""
+        await self._commits.room()
+
     def discard(self, session_id: str) -> None:
         """Drop the queued events of ``session_id``: their seqs now belong to whoever took the
         session over, and a conflicting row would fail the whole batch, other sessions included."""
@@ -67,7 +75,7 @@ class EventWriter:
         self._commits.request_flush()
 
     async def flush(self) -> None:
-        """Return once everything added so far is committed (raises if it could not be)."""
+        """Return once everything added so far is committed (raises if some of it was given up)."""
         await self._commits.flush()
 
     async def aclose(self) -> None:
@@ -75,39 +83,26 @@ class EventWriter:
         await self._commits.aclose()
 
     async def _write(self, batch: list[EventEnvelope]) -> None:
-        attempt = 0
-        while batch:
-            try:
-                lost = await self._write_once(batch)
-            except IntegrityError as exc:
-                # A seq already taken: another replica ended one of these runs (after this
-                # process's lease expired) and wrote its ERROR there. Anything else is a failure.
-                lost = await self._runs_not_held(batch)
-                if not lost:
-                    attempt = await self._failed_attempt(attempt, batch, exc)
-                    continue
-            except Exception as exc:  # noqa: BLE001 - retried, and re-raised after the last attempt
-                attempt = await self._failed_attempt(attempt, batch, exc)
-                continue
+        """One attempt at the batch; a failure raises, and the group commit tries it again."""
+        if not batch:
+            return
+        try:
+            lost = await self._write_once(batch)
+        except IntegrityError:
+            # A seq already taken: another replica ended one of these runs (after this process's
+            # lease expired) and wrote its ERROR there. Anything else is a failure.
+            lost = await self._runs_not_held(batch)
             if not lost:
-                break
+                raise
+        if lost:
             # Leave those runs' events out and write the others; the runs stop without a trace.
             log.warning("events of runs another replica took over are dropped", extra={"runs": len(lost)})
-            batch = [env for env in batch if env.run_id not in lost]
             if self.on_taken_over is not None:
                 self.on_taken_over(lost)
-        if not batch:
+            await self._write([env for env in batch if env.run_id not in lost])
             return
         self._metrics.event_batches.observe(len(batch))
         self._on_written(batch)
-
-    async def _failed_attempt(self, attempt: int, batch: list[EventEnvelope], exc: Exception) -> int:
-        attempt += 1
-        if attempt == WRITE_ATTEMPTS:
-            raise exc
-        log.warning("event batch write failed, retrying", extra={"attempt": attempt, "events": len(batch)})
-        await asyncio.sleep(0.05 * 2**attempt)  # back off before hitting the database again
-        return attempt
 
     async def _write_once(self, batch: list[EventEnvelope]) -> set[str]:
         """Write the batch in one transaction; returns (and rolls back for) the runs of the batch

@@ -31,6 +31,7 @@ from agent_service.runs.manager import RunManager
 from agent_service.runs.repository import OrphanRun, RunRepository, SessionRepository
 from shared.cancel_safety import stop_loop
 from shared.protocol import ErrorCode, SessionStatus, utcnow
+from shared.transactions import is_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +93,15 @@ class LeaseKeeper:
                 pass
             # Each step logs and survives its own failure: a database hiccup must not end the
             # renewals (the runs would then be failed by other replicas as orphans).
-            try:
-                await self.renew()
-            except Exception:
-                log.exception("run leases could not be renewed")
-            try:
-                await self.recover()
-            except Exception:
-                log.exception("recovery of orphaned runs failed")
+            for step, failed in ((self.renew, "run leases could not be renewed"),
+                                 (self.recover, "recovery of orphaned runs failed")):
+                try:
+                    await step()
+                except Exception as exc:
+                    if is_unavailable(exc):  # a restart: said without a traceback on every pass
+                        log.warning(failed, extra={"error_type": type(exc).__name__, "database": "unavailable"})
+                    else:
+                        log.exception(failed)
             async with self._pass_done:
                 self.passes += 1
                 self._pass_done.notify_all()

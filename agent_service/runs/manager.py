@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -22,7 +22,7 @@ from agent_service.profiles.schemas import Profile
 from agent_service.runs.admission import capacity_wait
 from agent_service.runs.endings import CANCELLED, INTERRUPTED, Ending, ending_of
 from agent_service.runs.engine import ReActEngine
-from agent_service.runs.event_log import EventLog, RunTakenOver, SessionChannel
+from agent_service.runs.event_log import EventLog, EventsNotSaved, RunTakenOver, SessionChannel
 from agent_service.runs.repository import RunRepository, SessionRepository
 from agent_service.runs.schemas import RunHandle
 from agent_service.runs.snapshots import DEFAULT_MAX_BYTES, SessionSnapshot, SessionSnapshots
@@ -34,6 +34,7 @@ from shared.protocol import ErrorCode, EventType, SessionStatus, UserContext, ut
 log = logging.getLogger(__name__)
 
 _TAKEN_OVER = "run ended by another replica after its lease expired"
+EVENTS_LOST = "some of the run's events could not be saved: its database was unavailable for too long"
 
 
 @dataclass
@@ -118,10 +119,12 @@ class RunManager:
     def adopt(self, run: ActiveRun) -> None:
         self._runs[run.handle.session_id] = run
 
-    def _emit(self, run: ActiveRun) -> Callable[[EventType, BaseModel], None]:
-        def emit(type_: EventType, data: BaseModel) -> None:
-            if not run.taken_over:  # else its seqs belong to the replica that ended it
-                self._log.emit(run.channel, type_, data)
+    def _emit(self, run: ActiveRun) -> Callable[[EventType, BaseModel], Awaitable[None] | None]:
+        def emit(type_: EventType, data: BaseModel) -> Awaitable[None] | None:
+            if run.taken_over:  # its seqs belong to the replica that ended it
+                return None
+            self._log.emit(run.channel, type_, data)
+            return self._log.room()
 
         return emit
 
@@ -141,7 +144,8 @@ class RunManager:
                 return
             run.finishing = True
             await self._finish(run, outcome)
-            self._engine.remember(run.context, run.state, outcome)
+            if not run.channel.lost:  # else it ended with STORAGE_UNAVAILABLE, whatever the engine said
+                self._engine.remember(run.context, run.state, outcome)
         except RunTakenOver:
             log.warning(_TAKEN_OVER, extra={"run_id": run.handle.run_id})
         except Exception:
@@ -178,6 +182,10 @@ class RunManager:
 
     async def _finish(self, run: ActiveRun, outcome: Outcome) -> None:
         handle = run.handle
+        if not await self._log.durable(run.channel) and not isinstance(outcome, Failed):
+            # Some of its events could not be saved: an answer or a question over that hole would
+            # tell whoever replays the session less than the run said.
+            outcome = Failed(ErrorCode.STORAGE_UNAVAILABLE, EVENTS_LOST)
         now = utcnow()
         ending = ending_of(outcome, run.state, run.start_transcript)
         self._count(ending)
@@ -193,7 +201,12 @@ class RunManager:
                 raise RunTakenOver(handle.run_id)
             await SessionRepository(db).update(handle.session_id, updated_at=now, **ending.session_values())
 
-        final = await self._log.emit_final(run.channel, ending.event, ending.data, finalize)
+        try:
+            final = await self._log.emit_final(run.channel, ending.event, ending.data, finalize)
+        except EventsNotSaved:
+            # Given up between the check above and the end: the run ends with the same error.
+            await self._finish(run, Failed(ErrorCode.STORAGE_UNAVAILABLE, EVENTS_LOST))
+            return
         if isinstance(outcome, Completed):
             self.snapshots.remember(handle.session_id, SessionSnapshot(
                 run_id=handle.run_id, last_seq=final.seq, transcript=ending.transcript))

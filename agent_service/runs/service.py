@@ -63,10 +63,15 @@ class RunService:
         # against other processes.
         self._locks = KeyedLock()
 
-    async def execute(self, request: ExecuteRequest, idempotency_key: str | None) -> RunHandle:
+    async def execute(
+        self, request: ExecuteRequest, idempotency_key: str | None, *, new_session_id: str | None = None,
+    ) -> RunHandle:
+        """``new_session_id``: a new session (no ``request.session_id``) takes this id instead of a
+        generated one; an A2A client may choose its own ``contextId``. It fails like a concurrent
+        start (409) when a session has the id already."""
         check_request(request, idempotency_key, self._settings.max_message_chars)
         profile = self._profiles.get(request.profile_name)  # 404 before anything is written
-        session_id = request.session_id or uuid.uuid4().hex
+        session_id = request.session_id or new_session_id or uuid.uuid4().hex
         # Before anything is written: past capacity and queue, a 503 with Retry-After and no trace.
         place = self._admission.admit()
         try:

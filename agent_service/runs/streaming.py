@@ -35,6 +35,8 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 # Writes SSE bytes to the client; returns once the server has taken them.
 Write = Callable[[bytes], Awaitable[None]]
+# Turns one event into the bytes a client reads (default: our SSE envelope, encoded once per event).
+Encode = Callable[[EventEnvelope], bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,7 @@ class EventStreamer:
     async def serve(
         self, write: Write, session_id: str, after: int, until_run: str | None = None,
         live: LiveSubscription | None = None, disconnected: asyncio.Event | None = None,
+        encode: Encode | None = None,
     ) -> None:
         """Write the SSE bytes of every event of ``session_id`` after ``after`` with ``write``.
 
@@ -89,9 +92,11 @@ class EventStreamer:
         else of the run live at subscription time; with no live run, once the log is read; and
         as soon as ``disconnected`` or ``stopping`` is set. ``live`` is a subscription taken before the run
         emitted anything (``RunHandle.live``), with ``after`` just before the run's first seq: it
-        holds every event to send.
+        holds every event to send. ``encode``: another wire format for the events (A2A's); by
+        default each event is written as the SSE envelope it was encoded to once, when emitted.
         """
         settings = self._settings
+        encoded = _encoder(encode)
         if live is not None and live.overflowed:
             # The response started too late to catch up from memory: replay from the log instead.
             self._log.unsubscribe(session_id, live)
@@ -120,7 +125,7 @@ class EventStreamer:
                 async with aclosing(self._logged(session_id, last)) as logged:
                     async for env in logged:
                         pending.pop(env.seq, None)
-                        await write(encode_envelope(env))
+                        await write(encode(env) if encode else encode_envelope(env))
                         last = env.seq
                         if env.is_terminal and env.run_id == stop_run:
                             return
@@ -128,7 +133,7 @@ class EventStreamer:
                 if seq <= last:
                     continue
                 item = pending[seq]
-                await write(item.sse)
+                await write(encoded(item))
                 self._observe(item)
                 last = seq
                 if item.envelope.is_terminal and item.envelope.run_id == stop_run:
@@ -137,17 +142,18 @@ class EventStreamer:
             # 2. Live tail from this process's run. Whether it ended with the run, by an overflow
             # (the client resumes with Last-Event-ID) or by a disconnect, nothing follows it.
             if sub is not None:
-                await self._tail(write, sub, last, stop_run, stops)
+                await self._tail(write, sub, last, stop_run, stops, encoded)
                 return
 
             # 3. No run here: if another process runs the session, follow its log.
-            await self._follow(write, session_id, last, stop_run, stops)
+            await self._follow(write, session_id, last, stop_run, stops, encode or encode_envelope)
         finally:
             if sub is not None:
                 self._log.unsubscribe(session_id, sub)
 
     async def _tail(
         self, write: Write, sub: LiveSubscription, last: int, stop_run: str | None, stops: list[asyncio.Event],
+        encoded: Callable[[LiveEvent], bytes],
     ) -> None:
         """Follow ``sub`` until the run's terminal event is written, the subscription ends, or
         one of ``stops`` is set (the client went away, the service is stopping). The writes happen in ``consume``, called by the run as it emits
@@ -161,7 +167,7 @@ class EventStreamer:
             if not items:
                 return
             # Everything queued while the previous write waited goes out in one write.
-            await write(b"".join(item if isinstance(item, bytes) else item.sse for item in items))
+            await write(b"".join(item if isinstance(item, bytes) else encoded(item) for item in items))
             for item in items:
                 if isinstance(item, LiveEvent):
                     self._observe(item)
@@ -188,6 +194,7 @@ class EventStreamer:
 
     async def _follow(
         self, write: Write, session_id: str, last: int, stop_run: str | None, stops: list[asyncio.Event],
+        encode: Encode,
     ) -> None:
         """Follow the log of a session another process runs: read it whenever the notifier says a
         commit added events (``live_tail``), until the run's terminal event or a stop."""
@@ -206,7 +213,7 @@ class EventStreamer:
                     self._metrics.follow_reads[cause].inc()
                 async with aclosing(self._logged(session_id, last)) as logged:
                     async for env in logged:
-                        await write(encode_envelope(env))
+                        await write(encode(env))
                         last = env.seq
                         if env.is_terminal and env.run_id == target:
                             return
@@ -231,6 +238,13 @@ class EventStreamer:
                     elif time.monotonic() >= next_poll:
                         cause = "poll"
                         break
+
+
+def _encoder(encode: Encode | None) -> Callable[[LiveEvent], bytes]:
+    """The bytes of a live event: as encoded when it was emitted, or by ``encode``."""
+    if encode is None:
+        return lambda item: item.sse
+    return lambda item: encode(item.envelope)
 
 
 async def _wait_any(events: list[asyncio.Event], timeout: float | None) -> bool:

@@ -26,6 +26,7 @@ import orjson
 import pydantic
 
 from conversation_service.agent_client.config import AgentClientConfig
+from conversation_service.agent_client.connection import AgentConnection, SSEConnection
 from conversation_service.agent_client.errors import (
     AgentProtocolError,
     AgentTimeoutError,
@@ -33,7 +34,7 @@ from conversation_service.agent_client.errors import (
     translating_transport_errors,
 )
 from conversation_service.agent_client.retry import RetryHook, Sleep, call_with_retries
-from conversation_service.agent_client.stream import AgentEventStream, _SSEConnection
+from conversation_service.agent_client.stream import AgentEventStream
 from shared.logging import REQUEST_ID_HEADER, request_id_var
 from shared.protocol import (
     MAX_ID_CHARS,
@@ -87,6 +88,10 @@ class AgentServiceClient:
         self._sleep = sleep
         self.on_retry = on_retry
         self.on_reconnect = on_reconnect
+        # What its event streams use of it, and nothing else.
+        self.connection = AgentConnection(
+            self.config, self._open_stream, self._events_request, self.get_session_status, sleep, self,
+        )
         self._owns_http = http_client is None
         # ``transport``: what the client it creates sends through (the ConversationService's is
         # ``shared.fastpath.aiohttp_transport``: an event per chunk costs a third of the CPU).
@@ -145,7 +150,7 @@ class AgentServiceClient:
             )
 
         return AgentEventStream(
-            self, operation="execute", open_request=open_request, session_id=request.session_id, idempotency_key=key
+            self.connection, operation="execute", open_request=open_request, session_id=request.session_id, idempotency_key=key
         )
 
     def stream_events(self, session_id: str, last_event_id: int | None = None) -> AgentEventStream:
@@ -156,7 +161,7 @@ class AgentServiceClient:
         ):
             raise ValueError("last_event_id must be an int >= 0")
         return AgentEventStream(
-            self, operation="stream_events", session_id=session_id, last_seq=last_event_id, end_on_terminal=False
+            self.connection, operation="stream_events", session_id=session_id, last_seq=last_event_id, end_on_terminal=False
         )
 
     async def get_session_status(self, session_id: str) -> SessionStatusResponse:
@@ -202,7 +207,7 @@ class AgentServiceClient:
         except pydantic.ValidationError as exc:
             raise AgentProtocolError("invalid session status from the Agent Service") from exc
 
-    # -- internals used by AgentEventStream ----------------------------------------------------
+    # -- what its event streams use (``AgentConnection``) ----------------------------------------
 
     def _events_request(self, session_id: str, last_seq: int | None) -> httpx.Request:
         headers = {"Accept": SSE_MEDIA_TYPE, "Accept-Encoding": "identity"}
@@ -213,7 +218,7 @@ class AgentServiceClient:
             timeout=self._stream_timeout(),
         )
 
-    async def _open_stream(self, request: httpx.Request, deadline: float | None = None) -> _SSEConnection:
+    async def _open_stream(self, request: httpx.Request, deadline: float | None = None) -> SSEConnection:
         """Sends a streaming request; a non-200 answer becomes the matching error.
 
         The request is built without a read timeout (``_stream_timeout``): the caller bounds the
@@ -235,7 +240,7 @@ class AgentServiceClient:
         except BaseException:
             await response.aclose()
             raise
-        return _SSEConnection(
+        return SSEConnection(
             response, self.config.max_event_bytes, idle_s=self.config.read_timeout, deadline=deadline
         )
 
@@ -247,7 +252,7 @@ class AgentServiceClient:
 
     def _stream_timeout(self) -> httpx.Timeout:
         """An event stream's: no read timeout of httpx's, whose per-read timeout scope is the
-        costliest part of reading an event; ``_SSEConnection`` watches the reads instead."""
+        costliest part of reading an event; ``SSEConnection`` watches the reads instead."""
         c = self.config
         return httpx.Timeout(connect=c.connect_timeout, read=None, write=c.write_timeout, pool=c.pool_timeout)
 

@@ -22,8 +22,11 @@ class AgentClientConfig:
     retry_delays: tuple[float, ...] = (1.0, 2.0, 4.0)
     # A 500 may be a bug that repeats; it gets this many retries, 503 and connection errors get all.
     server_error_retries: int = 1
-    # Delay before each consecutive reconnect of a stream that broke mid-run.
+    # Delay before each consecutive reconnect of a stream that broke mid-run; the last one repeats
+    # while the stream has been broken for less than ``resume_budget`` (a short partition, an Agent
+    # Service restart: the run goes on there and its events wait in its log).
     reconnect_delays: tuple[float, ...] = (1.0, 2.0, 4.0)
+    resume_budget: float = 30.0
     # One SSE event larger than this is a protocol error (the events are untrusted input).
     max_event_bytes: int = 1024 * 1024
     # How much of an error response (or a JSON answer) is read at most.
@@ -41,6 +44,8 @@ class AgentClientConfig:
             delays = getattr(self, name)
             if not isinstance(delays, tuple) or any(not d >= 0 for d in delays) or len(delays) > 20:
                 raise ValueError(f"{name} must be a tuple of at most 20 delays >= 0")
+        if not self.resume_budget >= 0:
+            raise ValueError("resume_budget must be >= 0")
         if self.server_error_retries < 0:
             raise ValueError("server_error_retries must be >= 0")
         if self.max_event_bytes < 1024 or self.max_response_bytes < 1024:

@@ -11,7 +11,8 @@ ends the run comes after every seq the run had reserved (see "Crash safety: seqs
 docs/architecture.md).
 
 Every event is untrusted input: its size is capped while it is being read, and it is validated
-(:func:`decode_event`) before anyone sees it.
+(:func:`decode_event`) before anyone sees it. A stream reaches the Agent Service only through the
+``AgentConnection`` its client gave it (``connection``).
 """
 
 from __future__ import annotations
@@ -20,18 +21,18 @@ import asyncio
 import logging
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import Self
 
 import httpx
 import orjson
 import pydantic
 
+from conversation_service.agent_client.connection import AgentConnection, SSEConnection
 from conversation_service.agent_client.errors import (
     AgentProtocolError,
     AgentServiceError,
     AgentStreamError,
     AgentTimeoutError,
-    translating_transport_errors,
 )
 from conversation_service.agent_client.retry import RetryEvent, call_with_retries
 from shared.protocol import (
@@ -41,10 +42,7 @@ from shared.protocol import (
     EventType,
     SessionStatus,
 )
-from shared.sse import ServerSentEvent, SSEDecoder
-
-if TYPE_CHECKING:
-    from conversation_service.agent_client.client import AgentServiceClient
+from shared.sse import ServerSentEvent
 
 logger = logging.getLogger(__name__)
 
@@ -70,115 +68,6 @@ def decode_event(sse: ServerSentEvent) -> EventEnvelope:
     return envelope
 
 
-class _SSEConnection:
-    """One HTTP response body read as SSE events, with the size of a single event capped.
-
-    Its reads are watched by one timer: a read that waits ``idle_s`` for bytes (the Agent Service
-    sends a heartbeat every 15 s, so only a dead connection is that quiet), or that is still
-    waiting at the stream's ``deadline``, ends in :class:`AgentTimeoutError`. httpx would open a
-    timeout scope around every network read, and a deadline around each event read would add one
-    more: two timer handles made and cancelled per event. Here a read only notes when it began,
-    and the one timer, when it fires before the limit of the read under way, re-arms itself for it.
-    The stream's requests are therefore sent without httpx's read timeout (see ``_open_stream``).
-    """
-
-    def __init__(
-        self, response: httpx.Response, max_event_bytes: int, *, idle_s: float, deadline: float | None = None
-    ) -> None:
-        self.response = response
-        # Chunks as they arrive (no re-chunking, which would hold events back until a chunk fills);
-        # streams are requested without compression, so a chunk is at most one network read.
-        self._chunks = response.aiter_bytes()
-        self._decoder = SSEDecoder()
-        self._pending: list[ServerSentEvent] = []
-        self._max_event_bytes = max_event_bytes
-        self._partial_bytes = 0
-        self.cut_mid_event = False
-        self._loop = asyncio.get_running_loop()
-        self._idle_s = idle_s
-        self._deadline = deadline
-        self._timer: asyncio.TimerHandle | None = None
-        self._reader: asyncio.Task | None = None  # the task waiting in a read, if any
-        self._read_since = 0.0
-        self._expired = False
-
-    async def next_event(self) -> ServerSentEvent | None:
-        """The next complete event, or None when the body ended."""
-        while not self._pending:
-            try:
-                chunk = await self._read()
-            except StopAsyncIteration:
-                # An event cut off before its blank line is never delivered half-read.
-                self.cut_mid_event = self._decoder.has_partial_event
-                return None
-            try:
-                events = self._decoder.feed(chunk)
-            except UnicodeDecodeError as exc:
-                raise AgentProtocolError("the event stream is not valid UTF-8") from exc
-            if not self._decoder.has_partial_event:
-                self._partial_bytes = 0
-            elif events:
-                # The unfinished event started inside this chunk, so it is at most this long.
-                self._partial_bytes = len(chunk)
-            else:
-                self._partial_bytes += len(chunk)
-            for event in events:
-                if len(event.data) > self._max_event_bytes:
-                    raise AgentProtocolError(f"an event exceeds {self._max_event_bytes} bytes")
-            if self._partial_bytes > self._max_event_bytes:
-                raise AgentProtocolError(f"an event exceeds {self._max_event_bytes} bytes")
-            self._pending.extend(events)
-        return self._pending.pop(0)
-
-    async def _read(self) -> bytes:
-        task = asyncio.current_task()
-        assert task is not None
-        cancelling = task.cancelling()
-        self._reader = task
-        self._read_since = self._loop.time()
-        if self._timer is None:
-            self._timer = self._loop.call_at(self._limit(), self._check)
-        try:
-            with translating_transport_errors():
-                return await anext(self._chunks)
-        except asyncio.CancelledError:
-            if not self._expired:
-                raise
-            self._expired = False
-            if task.uncancel() > cancelling:
-                raise  # cancelled by someone else as well: that cancellation wins
-            raise AgentTimeoutError(
-                "the Agent Service sent nothing within the idle timeout"
-                if self._deadline is None or self._loop.time() < self._deadline
-                else "the event stream exceeded its time limit"
-            ) from None
-        finally:
-            self._reader = None
-
-    def _limit(self) -> float:
-        """When the read under way times out."""
-        limit = self._read_since + self._idle_s
-        return limit if self._deadline is None else min(limit, self._deadline)
-
-    def _check(self) -> None:
-        self._timer = None
-        reader = self._reader
-        if reader is None:
-            return  # between reads (the consumer is busy): the next read arms the timer again
-        limit = self._limit()
-        if self._loop.time() >= limit:
-            self._expired = True
-            reader.cancel()
-        else:
-            self._timer = self._loop.call_at(limit, self._check)
-
-    async def aclose(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        await self.response.aclose()
-
-
 class AgentEventStream:
     """Async iterator of :class:`EventEnvelope`.
 
@@ -197,7 +86,7 @@ class AgentEventStream:
 
     def __init__(
         self,
-        client: AgentServiceClient,
+        connection: AgentConnection,
         *,
         operation: str,
         open_request: Callable[[], httpx.Request] | None = None,
@@ -206,8 +95,8 @@ class AgentEventStream:
         idempotency_key: str | None = None,
         end_on_terminal: bool = True,
     ) -> None:
-        self._client = client
-        self._config = client.config
+        self._agent = connection
+        self._config = connection.config
         self._operation = operation
         self._open_request = open_request
         self.session_id = session_id
@@ -224,12 +113,14 @@ class AgentEventStream:
         self.seqs_skipped = 0
         self.events_received = 0
         self.terminal_event: EventEnvelope | None = None
-        self._connection: _SSEConnection | None = None
+        self._connection: SSEConnection | None = None
         self._first: EventEnvelope | None = None
         self._started = False
         self._finished = False
         self._deadline: float | None = None
         self._failed_reconnects = 0
+        # When the stream broke and has not delivered an event since (None: it is fine).
+        self._broken_since: float | None = None
 
     def __repr__(self) -> str:
         return (
@@ -269,7 +160,7 @@ class AgentEventStream:
                 self._operation,
                 self._first_event_attempt,
                 config=self._config,
-                sleep=self._client._sleep,
+                sleep=self._agent.sleep,
                 on_retry=self._count_retry,
             )
         except BaseException:
@@ -281,8 +172,8 @@ class AgentEventStream:
 
     def _count_retry(self, event: RetryEvent) -> None:
         self.retries += 1
-        if self._client.on_retry is not None:
-            self._client.on_retry(event)
+        if self._agent.hooks.on_retry is not None:
+            self._agent.hooks.on_retry(event)
 
     async def _first_event_attempt(self) -> EventEnvelope | None:
         await self._drop_connection()
@@ -294,8 +185,8 @@ class AgentEventStream:
             request = self._open_request()
         else:
             assert self.session_id is not None
-            request = self._client._events_request(self.session_id, self.last_seq)
-        self._connection = await self._within(first_deadline, self._client._open_stream(request, self._deadline))
+            request = self._agent.events_request(self.session_id, self.last_seq)
+        self._connection = await self._within(first_deadline, self._agent.open_stream(request, self._deadline))
         while True:
             sse = await self._within(first_deadline, self._connection.next_event())
             if sse is None:
@@ -363,21 +254,23 @@ class AgentEventStream:
                 continue
             envelope = self._accept(sse)
             if envelope is not None:
-                self._failed_reconnects = 0
+                self._failed_reconnects, self._broken_since = 0, None
                 return envelope
 
     async def _reconnect(self, cause: AgentServiceError) -> None:
-        """Resume with ``Last-Event-ID``, backing off; gives up after the configured attempts."""
+        """Resume with ``Last-Event-ID``, backing off; gives up once the configured delays are spent
+        and the stream has been broken for ``resume_budget``."""
         await self._drop_connection()
-        delays = self._config.reconnect_delays
         loop = asyncio.get_running_loop()
+        if self._broken_since is None:
+            self._broken_since = loop.time()
         while True:
-            if self.session_id is None or self._failed_reconnects >= len(delays):
+            delay = self._next_reconnect_delay(loop.time())
+            if delay is None:
                 raise AgentStreamError(
                     f"the event stream broke and {self._failed_reconnects} reconnects failed "
                     f"({type(cause).__name__})"
                 ) from cause
-            delay = delays[self._failed_reconnects]
             self._failed_reconnects += 1
             if self._deadline is not None and loop.time() + delay >= self._deadline:
                 raise AgentTimeoutError("the event stream exceeded its time limit") from cause
@@ -393,18 +286,18 @@ class AgentEventStream:
                     "error_type": type(cause).__name__,
                 },
             )
-            if self._client.on_reconnect is not None:
-                self._client.on_reconnect(event)
-            await self._client._sleep(delay)
+            if self._agent.hooks.on_reconnect is not None:
+                self._agent.hooks.on_reconnect(event)
+            await self._agent.sleep(delay)
             try:
-                request = self._client._events_request(self.session_id, self.last_seq)
+                request = self._agent.events_request(self.session_id, self.last_seq)
                 # The answer's headers within the idle timeout (the stream's requests have no
                 # read timeout of httpx's, see _open_stream) and the stream's own deadline.
                 open_deadline = loop.time() + self._config.read_timeout
                 if self._deadline is not None:
                     open_deadline = min(open_deadline, self._deadline)
                 self._connection = await self._within(
-                    open_deadline, self._client._open_stream(request, self._deadline)
+                    open_deadline, self._agent.open_stream(request, self._deadline)
                 )
                 return
             except AgentServiceError as exc:
@@ -415,12 +308,24 @@ class AgentEventStream:
                     raise
                 cause = exc
 
+    def _next_reconnect_delay(self, now: float) -> float | None:
+        """The pause before the next reconnect, or None: give up."""
+        delays = self._config.reconnect_delays
+        if self.session_id is None or not delays:
+            return None
+        if self._failed_reconnects < len(delays):
+            return delays[self._failed_reconnects]
+        broken_for = now - (self._broken_since if self._broken_since is not None else now)
+        if broken_for + delays[-1] > self._config.resume_budget:
+            return None
+        return delays[-1]
+
     async def _caught_up(self) -> bool:
         """After a clean end without a terminal event: is there really nothing more to read?"""
         if self.session_id is None:
             return False
         try:
-            status = await self._client.get_session_status(self.session_id)
+            status = await self._agent.session_status(self.session_id)
         except AgentServiceError as exc:
             if exc.retryable:
                 return False

@@ -1,41 +1,32 @@
-"""``TurnFailures``: how a delegated turn that failed ends: its reply marked failed, its dead letter.
+"""``TurnFailures``: a delegated turn that a fault of this service's own broke off, and dead letters.
 
 Shared by the turn's own run (``service.AgentDelegation``) and the takeover of a turn whose replica
-died (``takeover.TurnTakeover``): a fault of this service's own (a bug, a failed write) ends a turn
-the same way on either path, and leaves it running for the lease sweep when even that fails.
+died (``takeover.TurnTakeover``): a fault of ours (a bug, a write that failed) ends a turn the same
+way on either path, through the one writer of reply ends, and leaves it running for the lease sweep
+when even that fails.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from conversation_service.agent_delegation.processor import AgentEventProcessor, AgentTurn, ProcessingFailed
 from conversation_service.agent_delegation.repository import DeadLetterRepository
 from conversation_service.agent_delegation.schemas import TurnAttempt, TurnRequest
-from conversation_service.db.models import Conversation, Message, MessageRole, MessageStatus
-from conversation_service.db.repository import unit_of_work
-from conversation_service.messages.schemas import message_frame_data
+from conversation_service.db.models import Conversation, Message, new_id
 from conversation_service.metrics import AgentMetrics
-from conversation_service.realtime.frames import FrameType
-from conversation_service.realtime.publisher import FramePublisher
+from conversation_service.replies.endings import TURN_FAILED, Ending, Failed
 from conversation_service.turns.leases import TurnLeftRunning
 from shared.protocol import ExecuteRequest
-
-# A turn broken off by a fault of this service's own (a bug, a failed write): what the user reads.
-TURN_FAILED = "agent_failed"
-TURN_FAILED_TEXT = "The agent could not answer this message. Please try again."
+from shared.transactions import Transactions
 
 
 class TurnFailures:
-    def __init__(
-        self, *, sessionmaker: async_sessionmaker, processor: AgentEventProcessor, publisher: FramePublisher,
-        metrics: AgentMetrics,
-    ) -> None:
-        self._sessionmaker = sessionmaker
+    def __init__(self, *, transactions: Transactions, processor: AgentEventProcessor, metrics: AgentMetrics) -> None:
+        self._tx = transactions
         self._processor = processor
-        self._publisher = publisher
         self._metrics = metrics
 
     async def end_broken(
@@ -47,58 +38,59 @@ class TurnFailures:
         session failed and the conversation free for its next message; then a dead letter.
 
         Nothing when the reply had ended (only what followed it failed: the user has their answer).
-        ``TurnLeftRunning`` when ending it fails too: the caller's ``TurnLeases.hold`` then leaves
-        the turn running for the lease sweep instead of marking it done."""
+        ``TurnLeftRunning`` (from ``ReplyEnder``) when ending it fails too: the caller's
+        ``TurnLeases.hold`` then leaves the turn running for the lease sweep."""
         if attempt.ended:
             return
         self._metrics.turns["failed"].inc()
         # A failure in the processing of the agent's events: the reply so far, the clients' text.
         so_far, cause = (error.state, error.__cause__ or error) if isinstance(error, ProcessingFailed) else (None, error)
-        try:
-            turn = attempt.reply or await self.open_failed_reply(conversation, user_message, attempt.row_id,
-                                                                 attempt.agent_session_id)
-            await self._processor.fail(turn, so_far, code=TURN_FAILED, text=TURN_FAILED_TEXT, retryable=True)
-        except Exception as failure:
-            # Ending it failed too (the database is down, most likely): not marked done, the turn's
-            # lease runs out and the sweep's takeover ends the reply.
-            raise TurnLeftRunning(f"could not end the failed agent turn of message {user_message.id}") from failure
-        attempt.ended = True
+        turn = attempt.reply or self.unopened_reply(conversation, user_message, attempt.row_id,
+                                                    attempt.agent_session_id)
+        content = "".join(so_far.parts) if so_far is not None else ""
+        await self.end(turn, so_far, Failed(TURN_FAILED, content), attempt)
         if attempt.execute is not None:
             payload = dead_letter_payload(attempt.execute)
         else:  # broken off before its request was built (or a takeover, which has none): what a replay needs
             payload = {"message": request.text,
                        "answer_question_id": request.answer.question_id if request.answer else None}
         attempts = attempt.stream.retries + 1 if attempt.stream is not None else 0
-        await self.dead_letter(conversation.id, user_message.id, attempt.agent_session_id, TURN_FAILED,
+        await self.dead_letter(conversation.id, user_message.id, attempt.agent_session_id, TURN_FAILED.code,
                                f"{type(cause).__name__}: {cause}", payload, attempts)
 
-    async def open_failed_reply(
-        self, conversation: Conversation, user_message: Message, row_id: str, agent_session_id: str | None
+    async def end(self, turn: AgentTurn, so_far, ending: Ending, attempt: TurnAttempt) -> Ending:
+        """End the turn's reply, and mark the attempt ended once the user has its end;
+        ``TurnLeftRunning`` when that fails."""
+        try:
+            ended = await self._processor.end(turn, so_far, ending)
+        except TurnLeftRunning:
+            raise
+        except Exception as failure:
+            raise TurnLeftRunning(f"could not end the failed agent turn of message {turn.in_reply_to}") from failure
+        attempt.ended = True
+        return ended
+
+    @staticmethod
+    def unopened_reply(
+        conversation: Conversation, user_message: Message, row_id: str, agent_session_id: str | None
     ) -> AgentTurn:
-        """The assistant message of a turn that fails before its reply opened, for ``fail`` to end:
-        the failure shows where the answer would have been (the page offers Retry on it)."""
-        async with unit_of_work(self._sessionmaker) as session:
-            message = Message(
-                conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content="",
-                status=MessageStatus.STREAMING.value, agent_session_id=agent_session_id,
-                agent_metadata={"path": "agent", "in_reply_to": user_message.id},
-            )
-            session.add(message)
-            await session.flush()
-        await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
-        # ``row_id`` "" (no session claimed yet): ``fail`` has no session to mark failed.
+        """The reply of a turn that failed before its reply opened: the failure shows where the answer
+        would have been (the page offers Retry on it); its message is created by its end."""
+        # ``row_id`` "" (no session claimed yet): nothing to mark failed.
         return AgentTurn(conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id or "",
-                         message_id=message.id, in_reply_to=user_message.id)
+                         message_id=new_id(), in_reply_to=user_message.id, announced=False)
 
     async def dead_letter(
         self, conversation_id: str, message_id: str | None, agent_session_id: str | None, code: str,
         detail: str, payload: dict[str, Any] | None, attempts: int,
     ) -> None:
-        async with unit_of_work(self._sessionmaker) as session:
+        async def write(session: AsyncSession) -> None:
             await DeadLetterRepository(session).add(
                 conversation_id=conversation_id, message_id=message_id, agent_session_id=agent_session_id,
                 error_code=code, error_detail=detail, payload=payload, attempts=attempts,
             )
+
+        await self._tx.run(write)
         self._metrics.dead_letters[code].inc()
 
 

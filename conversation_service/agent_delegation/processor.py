@@ -25,7 +25,12 @@ Mapping (DESIGN §5):
     ERROR         -> message.error + agent.error with a user-friendly text; ``CANCELLED`` (the user
                      stopped the reply) -> message.completed with status ``stopped``, the text so far
 
-A client that ignores every ``agent.*`` frame still sees a complete message for each turn.
+    (another type)                         no frame; counted (``conversation_agent_events_unmapped_total``)
+                                            and logged once per type
+
+A client that ignores every ``agent.*`` frame still sees a complete message for each turn. Every
+end goes through ``AgentEventProcessor.end`` and so through the one writer of reply ends
+(``replies.ender.ReplyEnder``), with what it means for the conversation's agent session.
 
 Every progress frame carries the turn's ``TurnProgress`` (the agent event seq it reflects), stored
 with the frame in one transaction: a replica taking the turn over (``takeover``) resumes the
@@ -34,34 +39,41 @@ agent's stream right after what the stored frames show, with the text they hold 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-import math
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from conversation_service.agent_client import AgentServiceError
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.conversations.repository import ConversationRepository
-from conversation_service.db.models import (
-    AgentSessionStatus,
-    Conversation,
-    MessageStatus,
-    PendingInteraction,
-)
-from conversation_service.db.repository import unit_of_work
+from conversation_service.db.models import AgentSessionStatus, Conversation, PendingInteraction
 from conversation_service.interactions.repository import InteractionRepository
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.metrics import AgentMetrics, agent_events_received
-from conversation_service.realtime.frames import FrameType, TurnProgress
+from conversation_service.realtime.frames import (
+    AgentAskUser,
+    AgentComplete,
+    AgentError,
+    AgentThinking,
+    AgentToolEnd,
+    AgentToolStart,
+    AgentWaiting,
+    MessageDelta,
+    TurnProgress,
+)
 from conversation_service.realtime.publisher import FramePublisher
+from conversation_service.replies.ender import Extras, Reply, ReplyEnder
+from conversation_service.replies.endings import Completed, Ending, Failed, Interrupted, Stopped
+from conversation_service.replies.policy import CANCELLED, agent_error_reason, interruption_reason
+from conversation_service.turns.leases import TurnLeftRunning
+from shared.fastpath.deferred import DeferredWrite
 from shared.fastpath.fair_share import fair_share
 from shared.fastpath.handoff import Handoff
 from shared.protocol import (
@@ -76,26 +88,10 @@ from shared.protocol import (
     WaitingData,
     utcnow,
 )
+from shared.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
-# What users read when the agent reports an error; the agent's own message may be technical.
-USER_ERROR_TEXT = {
-    "LLM_UNAVAILABLE": "The agent's language model is unavailable right now. Please try again in a moment.",
-    "LLM_ERROR": "The agent's language model returned an error. Please try again.",
-    "RATE_LIMITED": "Your organisation has reached its usage limit for the agent. Please try again later.",
-    "MAX_STEPS_EXCEEDED": "The agent could not finish within its step limit. Try a simpler or more specific request.",
-    # Earlier turns never cause it (the agent leaves the oldest out of its prompt): this message and
-    # the agent's work on it alone outgrew the model's context.
-    "TOKEN_LIMIT_EXCEEDED": "This request is too long for the agent. Try a shorter message or a smaller task.",
-    "TOOL_ERROR": "One of the agent's tools failed. Please try again.",
-    "CANCELLED": "The agent run was cancelled.",
-    "INTERRUPTED": "The agent was interrupted by a restart. Please send your message again.",
-    "QUESTION_EXPIRED": "Agent question expired, starting fresh conversation",
-}
-# The run's ERROR code when it was cancelled: on this side, only the user's stop cancels runs.
-CANCELLED = "CANCELLED"
-DEFAULT_USER_ERROR = "The agent ran into a problem and could not answer. Please try again."
 # Tool results shown on the live stream are previews; the agent has the full result.
 RESULT_PREVIEW_CHARS = 500
 
@@ -106,6 +102,7 @@ class TurnOutcomeKind(StrEnum):
     AGENT_ERROR = "agent_error"  # the agent answered with an ERROR event
     INTERRUPTED = "interrupted"  # the stream failed (transport, protocol, timeout) mid-turn
     STOPPED = "stopped"  # the user stopped the reply: the run ended ERROR CANCELLED
+    FAILED = "failed"  # the agent answered, but the reply could not be saved whole
 
 
 @dataclass
@@ -118,27 +115,26 @@ class AgentTurn:
     message_id: str  # the assistant message this turn fills
     in_reply_to: str
     metadata: dict[str, Any] = field(default_factory=dict)
-    # The background write that creates the assistant message (None: it exists already). Every
-    # database write of the turn waits for it first.
-    opened: asyncio.Task | None = None
-    # That write when it is not started yet: it starts once the first frame is out, because its
-    # transaction's CPU time on the loop would otherwise sit between the first agent event and
-    # its frame. Anything that needs the row (``ready``) starts it first.
-    opening: Callable[[], Coroutine[Any, Any, None]] | None = None
+    # The turn's start (the assistant message, the session's correlation), written once its first
+    # frame is out; every later write of the turn waits for it. None: written already.
+    record: DeferredWrite | None = None
+    # The seq of the reply's message.created frame.
+    since_seq: int = 0
+    # Whether that frame was shown (a reply that fails before it opens has its message made by its end).
+    announced: bool = True
+
+    @property
+    def reply(self) -> Reply:
+        return Reply(self.conversation.id, self.message_id, self.in_reply_to, "agent", self.agent_session_id,
+                     since_seq=self.since_seq, announced=self.announced)
 
     def progress(self, agent_seq: int) -> TurnProgress:
         # The turn is the user message's (``in_reply_to``): one turn per accepted message.
         return TurnProgress(self.in_reply_to, self.message_id, self.agent_session_id, agent_seq)
 
-    def start_opening(self) -> None:
-        if self.opening is not None:
-            opening, self.opening = self.opening, None
-            self.opened = asyncio.create_task(opening(), name=f"agent-turn-open:{self.message_id}")
-
-    async def ready(self) -> None:
-        self.start_opening()
-        if self.opened is not None:
-            await asyncio.shield(self.opened)
+    async def recorded(self) -> None:
+        if self.record is not None:
+            await self.record.done()
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +157,7 @@ class TurnOutcome:
 
 class ProcessingFailed(Exception):
     """Handling the turn's events failed (a write, a frame, an event it could not read), or ending it
-    did: its reply has not ended. ``state`` holds the reply so far, for ``fail`` to end it with the
+    did: its reply has not ended. ``state`` holds the reply so far, for ``end`` to end it with the
     text the clients have seen (the cause is chained)."""
 
     def __init__(self, state: _TurnState) -> None:
@@ -172,18 +168,21 @@ class ProcessingFailed(Exception):
 class AgentEventProcessor:
     def __init__(
         self,
-        sessionmaker: async_sessionmaker,
+        transactions: Transactions,
         publisher: FramePublisher,
         metrics: AgentMetrics,
+        replies: ReplyEnder,
         *,
         queue_size: int,
         ask_user_timeout_s: float,
     ) -> None:
-        self._sessionmaker = sessionmaker
+        self._tx = transactions
         self._publisher = publisher
         self._metrics = metrics
+        self._replies = replies
         self._queue_size = queue_size
         self._ask_user_timeout = timedelta(seconds=ask_user_timeout_s)
+        self._unmapped: set[str] = set()
 
     async def process(
         self, turn: AgentTurn, events: AsyncIterator[EventEnvelope], resumed: Resumed | None = None
@@ -219,6 +218,8 @@ class AgentEventProcessor:
                 return state.outcome
             # The stream failed, or ended without a terminal event (the client gave up reconnecting).
             return await self._interrupted(state, stream_error)
+        except TurnLeftRunning:
+            raise  # ending it was tried and failed: the turn is left to a takeover, nothing more here
         except Exception as error:
             raise ProcessingFailed(state) from error
 
@@ -241,7 +242,8 @@ class AgentEventProcessor:
             else:
                 with agent_events_received(stamps):
                     await self._progress(state, events)
-            state.turn.start_opening()
+            if state.turn.record is not None:
+                state.turn.record.frame_out()
             done = time.perf_counter()
             observe = self._metrics.event_processing_seconds[envelope.type].observe
             for stamp in stamps:
@@ -261,33 +263,34 @@ class AgentEventProcessor:
                 text = "".join(e.data.get("text", "") for e in events)
                 state.parts.append(text)
                 offset, state.chars = state.chars, state.chars + len(text)
-                await self._publisher.emit(
-                    cid, FrameType.MESSAGE_DELTA, {"message_id": turn.message_id, "text": text, "offset": offset},
-                    progress=progress,
-                )
+                await self._publisher.emit(cid, MessageDelta(turn.message_id, text, offset), progress=progress)
             case EventType.THOUGHT:
                 data = ThoughtData.model_validate(envelope.data)
-                await self._publisher.emit(
-                    cid, FrameType.AGENT_THINKING, {"message_id": turn.message_id, "text": data.text, "step": data.step},
-                    progress=progress,
-                )
+                await self._publisher.emit(cid, AgentThinking(turn.message_id, data.text, data.step), progress=progress)
             case EventType.TOOL_START:
                 data = ToolStartData.model_validate(envelope.data)
                 state.tools[data.call_id] = {"tool": data.tool, "args": data.args, "status": "running"}
                 await self._publisher.emit(
-                    cid, FrameType.AGENT_TOOL_START,
-                    {"message_id": turn.message_id, "call_id": data.call_id, "tool": data.tool, "args": data.args},
-                    progress=progress,
+                    cid, AgentToolStart(turn.message_id, data.call_id, data.tool, data.args), progress=progress,
                 )
             case EventType.TOOL_END:
                 await self._tool_end(state, ToolEndData.model_validate(envelope.data))
             case EventType.WAITING:
                 data = WaitingData.model_validate(envelope.data)
-                await self._publisher.emit(cid, FrameType.AGENT_WAITING, {
-                    "message_id": turn.message_id, "reason": data.reason, "wait_s": data.wait_s, "limit": data.limit,
+                await self._publisher.emit(cid, AgentWaiting(
+                    turn.message_id, data.reason, data.wait_s, data.limit,
                     # From the event's time, so a frame read late still counts down to the right moment.
-                    "until": (envelope.ts + timedelta(seconds=data.wait_s)).isoformat(),
-                })
+                    (envelope.ts + timedelta(seconds=data.wait_s)).isoformat(),
+                ))
+            case _:
+                self._unmapped_event(envelope.type)
+
+    def _unmapped_event(self, type_: str) -> None:
+        """An event type this version does not show (a newer Agent Service): counted, logged once."""
+        self._metrics.unmapped_events[type_].inc()
+        if type_ not in self._unmapped:
+            self._unmapped.add(type_)
+            log.warning("agent event type not shown in the chat", extra={"event_type": type_})
 
     async def _tool_end(self, state: _TurnState, data: ToolEndData) -> None:
         turn = state.turn
@@ -295,13 +298,16 @@ class AgentEventProcessor:
         preview = _preview(data.result) if data.ok else None
         entry.update(status="ok" if data.ok else "error", duration_ms=round(data.duration_ms, 2),
                      error=data.error, result_preview=preview)
-        frame = {"message_id": turn.message_id, "call_id": data.call_id, "tool": entry.get("tool"),
-                 "ok": data.ok, "duration_ms": data.duration_ms, "error": data.error, "result_preview": preview}
-        await self._publisher.emit(turn.conversation.id, FrameType.AGENT_TOOL_END, frame, boundary=True,
-                                   progress=turn.progress(state.last_seq or 0))
-        await turn.ready()
-        async with unit_of_work(self._sessionmaker) as session:
-            await MessageRepository(session).set_agent_metadata(turn.message_id, state.metadata())
+        frame = AgentToolEnd(turn.message_id, data.call_id, entry.get("tool"), data.ok, data.duration_ms, data.error,
+                             preview)
+        await self._publisher.emit(turn.conversation.id, frame, boundary=True, progress=turn.progress(state.last_seq or 0))
+        await turn.recorded()
+        metadata = state.metadata()
+
+        async def write(session: AsyncSession) -> None:
+            await MessageRepository(session).set_agent_metadata(turn.message_id, metadata)
+
+        await self._tx.run(write)
 
     async def _finish(self, state: _TurnState, envelope: EventEnvelope) -> TurnOutcome:
         state.last_seq = envelope.seq
@@ -314,42 +320,98 @@ class AgentEventProcessor:
                 return await self._agent_error(state, ErrorData.model_validate(envelope.data))
 
     async def _complete(self, state: _TurnState, data: CompleteData) -> TurnOutcome:
-        turn = state.turn
-        streamed = "".join(state.parts)
-        if streamed != data.answer:
+        if "".join(state.parts) != data.answer:
             # The agent guarantees chunks add up to the answer; if not, the final text wins and the
             # clients get it in message.completed.
-            log.warning("answer chunks differ from COMPLETE answer", extra={"message_id": turn.message_id})
-        metadata = state.metadata(usage=data.usage.model_dump())
-        await self._finish_message(state, data.answer, MessageStatus.COMPLETE.value, metadata)
-        async with unit_of_work(self._sessionmaker) as session:
-            sessions = AgentSessionRepository(session)
-            await sessions.touch(turn.session_row_id)
-            await sessions.advance_event_seq(turn.session_row_id, state.last_seq or 0)
-            await ConversationRepository(session).set_agent_status(turn.conversation.id, None)
-        cid = turn.conversation.id
-        await self._publisher.emit(
-            cid, FrameType.MESSAGE_COMPLETED,
-            {"message_id": turn.message_id, "content": data.answer, "status": MessageStatus.COMPLETE.value},
-        )
-        await self._publisher.emit(
-            cid, FrameType.AGENT_COMPLETE,
-            {"message_id": turn.message_id, "agent_session_id": turn.agent_session_id, "usage": data.usage.model_dump()},
-            boundary=True,
-        )
-        return TurnOutcome(TurnOutcomeKind.COMPLETE, content=data.answer, last_seq=state.last_seq)
+            log.warning("answer chunks differ from COMPLETE answer", extra={"message_id": state.turn.message_id})
+        ending = await self.end(state.turn, state, Completed(data.answer), complete=data)
+        kind = TurnOutcomeKind.COMPLETE if isinstance(ending, Completed) else TurnOutcomeKind.FAILED
+        return TurnOutcome(kind, content=data.answer, last_seq=state.last_seq)
 
     async def _ask_user(self, state: _TurnState, data: AskUserData) -> TurnOutcome:
+        streamed = "".join(state.parts)
+        content = f"{streamed}\n\n{data.question}".strip() if streamed else data.question
+        ending = await self.end(state.turn, state, Completed(content), question=data)
+        if not isinstance(ending, Completed):
+            return TurnOutcome(TurnOutcomeKind.FAILED, content=content, last_seq=state.last_seq)
+        return TurnOutcome(TurnOutcomeKind.ASK_USER, content=content, last_seq=state.last_seq,
+                           question_id=data.question_id)
+
+    async def _agent_error(self, state: _TurnState, data: ErrorData) -> TurnOutcome:
+        content = "".join(state.parts)
+        if data.code == CANCELLED:
+            # The user stopped the reply: it ends ``stopped`` with its text so far, not as a failure.
+            await self.end(state.turn, state, Stopped(content))
+            return TurnOutcome(TurnOutcomeKind.STOPPED, content=content, last_seq=state.last_seq,
+                               error_code=CANCELLED)
+        await self.end(state.turn, state, Failed(agent_error_reason(data), content))
+        return TurnOutcome(TurnOutcomeKind.AGENT_ERROR, content=content, last_seq=state.last_seq, error_code=data.code)
+
+    async def _interrupted(self, state: _TurnState, error: BaseException | None) -> TurnOutcome:
+        if error is not None and not isinstance(error, AgentServiceError):
+            log.error("agent event stream failed", exc_info=error, extra={"message_id": state.turn.message_id})
+        reason = interruption_reason(error)
+        await self.end(state.turn, state, Interrupted(reason, "".join(state.parts)))
+        return TurnOutcome(
+            TurnOutcomeKind.INTERRUPTED, content="".join(state.parts), last_seq=state.last_seq,
+            error=error if isinstance(error, AgentServiceError) else None, error_code=reason.code,
+        )
+
+    async def end(
+        self, turn: AgentTurn, state: _TurnState | None, ending: Ending, *, complete: CompleteData | None = None,
+        question: AskUserData | None = None,
+    ) -> Ending:
+        """End the turn's reply (``ReplyEnder``) with what the ending means for the conversation's agent
+        session: an answer completes it, a question leaves it waiting for the user, a stop ends it,
+        anything else fails it (the conversation's next message starts afresh)."""
+        state = state or _TurnState(turn)
+        return await self._replies.end(turn.reply, ending, record=turn.record,
+                                       extras=functools.partial(self._extras, state, complete, question))
+
+    def _extras(
+        self, state: _TurnState, complete: CompleteData | None, question: AskUserData | None, ending: Ending,
+    ) -> Extras:
+        turn = state.turn
+        if isinstance(ending, Completed) and question is not None:
+            return self._question(state, question)
+        if isinstance(ending, Completed):
+            usage = complete.usage.model_dump() if complete is not None else {}
+            return Extras(state.metadata(usage=usage), self._session_ends(state, AgentSessionStatus.COMPLETED,
+                                                                          touch=True),
+                          (AgentComplete(turn.message_id, turn.agent_session_id, usage),))
+        if isinstance(ending, Stopped):
+            return Extras(state.metadata(stopped=True), self._session_ends(state, AgentSessionStatus.COMPLETED))
+        reason = ending.reason
+        return Extras(state.metadata(error={"code": reason.code}), self._session_ends(state, AgentSessionStatus.FAILED),
+                      (AgentError(turn.message_id, reason.code, reason.text, reason.retryable),))
+
+    def _session_ends(self, state: _TurnState, status: AgentSessionStatus, *, touch: bool = False):
+        """The writes that end the conversation's agent session as ``status`` (an answer keeps it
+        open for the next message: COMPLETED there means "open, not running")."""
+        turn, last_seq = state.turn, state.last_seq or 0
+
+        async def write(session: AsyncSession) -> None:
+            if turn.session_row_id:  # "": the turn failed before it claimed a session
+                sessions = AgentSessionRepository(session)
+                if touch:
+                    await sessions.touch(turn.session_row_id)
+                else:
+                    await sessions.update_status(turn.session_row_id, status, expected=[
+                        AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER])
+                await sessions.advance_event_seq(turn.session_row_id, last_seq)
+            await ConversationRepository(session).set_agent_status(turn.conversation.id, None)
+
+        return write
+
+    def _question(self, state: _TurnState, data: AskUserData) -> Extras:
         turn = state.turn
         now = utcnow()
         expires_at = min(data.expires_at, now + self._ask_user_timeout)
-        streamed = "".join(state.parts)
-        content = f"{streamed}\n\n{data.question}".strip() if streamed else data.question
         ask = {"question_id": data.question_id, "question": data.question, "kind": data.kind.value,
                "expires_at": expires_at.isoformat(), "tool": data.tool, "args": data.args}
-        metadata = state.metadata(ask_user=ask)
-        await turn.ready()
-        async with unit_of_work(self._sessionmaker) as session:
+        last_seq = state.last_seq or 0
+
+        async def write(session: AsyncSession) -> None:
             await InteractionRepository(session).add(
                 PendingInteraction(
                     question_id=data.question_id, conversation_id=turn.conversation.id,
@@ -364,92 +426,12 @@ class AgentEventProcessor:
                 expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER], now=now,
             )
             await sessions.set_pending_question(turn.session_row_id, data.question_id)
-            await sessions.advance_event_seq(turn.session_row_id, state.last_seq or 0)
-            await ConversationRepository(session).set_agent_status(turn.conversation.id, AgentSessionStatus.AWAITING_USER.value)
-            await MessageRepository(session).finish(
-                turn.message_id, content=content, status=MessageStatus.COMPLETE.value, agent_metadata=metadata
+            await sessions.advance_event_seq(turn.session_row_id, last_seq)
+            await ConversationRepository(session).set_agent_status(
+                turn.conversation.id, AgentSessionStatus.AWAITING_USER.value
             )
-        cid = turn.conversation.id
-        await self._publisher.emit(
-            cid, FrameType.MESSAGE_COMPLETED,
-            {"message_id": turn.message_id, "content": content, "status": MessageStatus.COMPLETE.value},
-        )
-        await self._publisher.emit(cid, FrameType.AGENT_ASK_USER, {"message_id": turn.message_id, **ask}, boundary=True)
-        return TurnOutcome(TurnOutcomeKind.ASK_USER, content=content, last_seq=state.last_seq,
-                           question_id=data.question_id)
 
-    async def _agent_error(self, state: _TurnState, data: ErrorData) -> TurnOutcome:
-        if data.code == CANCELLED:
-            return await self._stopped(state)
-        text = USER_ERROR_TEXT.get(data.code, DEFAULT_USER_ERROR)
-        if data.retry_after_s is not None:
-            text = f"{text.removesuffix(' Please try again later.')} Please try again in {math.ceil(data.retry_after_s)} s."
-        await self.fail(state.turn, state, code=data.code, text=text, retryable=data.retryable)
-        return TurnOutcome(TurnOutcomeKind.AGENT_ERROR, content="".join(state.parts), last_seq=state.last_seq,
-                           error_code=data.code)
-
-    async def _stopped(self, state: _TurnState) -> TurnOutcome:
-        """The run was cancelled (the user's stop): the reply ends ``stopped`` with its text so far,
-        not as a failure. The conversation's agent session ends with it: the next message starts
-        afresh rather than continuing a run the user broke off."""
-        turn = state.turn
-        content = "".join(state.parts)
-        await self._finish_message(state, content, MessageStatus.STOPPED.value, state.metadata(stopped=True))
-        async with unit_of_work(self._sessionmaker) as session:
-            sessions = AgentSessionRepository(session)
-            await sessions.update_status(
-                turn.session_row_id, AgentSessionStatus.COMPLETED,
-                expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER],
-            )
-            await sessions.advance_event_seq(turn.session_row_id, state.last_seq or 0)
-            await ConversationRepository(session).set_agent_status(turn.conversation.id, None)
-        await self._publisher.emit(
-            turn.conversation.id, FrameType.MESSAGE_COMPLETED,
-            {"message_id": turn.message_id, "content": content, "status": MessageStatus.STOPPED.value}, boundary=True,
-        )
-        return TurnOutcome(TurnOutcomeKind.STOPPED, content=content, last_seq=state.last_seq, error_code=CANCELLED)
-
-    async def _interrupted(self, state: _TurnState, error: BaseException | None) -> TurnOutcome:
-        if isinstance(error, AgentServiceError):
-            code, text = type(error).__name__, error.user_message
-        else:
-            if error is not None:
-                log.error("agent event stream failed", exc_info=error,
-                          extra={"message_id": state.turn.message_id})
-            code, text = "stream_interrupted", "The connection to the agent was lost before it finished. Please try again."
-        await self.fail(state.turn, state, code=code, text=text, retryable=True)
-        return TurnOutcome(
-            TurnOutcomeKind.INTERRUPTED, content="".join(state.parts), last_seq=state.last_seq,
-            error=error if isinstance(error, AgentServiceError) else None, error_code=code,
-        )
-
-    async def fail(self, turn: AgentTurn, state: _TurnState | None, *, code: str, text: str, retryable: bool) -> None:
-        """End the turn visibly: the message is marked error and every client is told why."""
-        state = state or _TurnState(turn)
-        content = "".join(state.parts)
-        await self._finish_message(state, content, MessageStatus.ERROR.value, state.metadata(error={"code": code}))
-        async with unit_of_work(self._sessionmaker) as session:
-            await AgentSessionRepository(session).update_status(
-                turn.session_row_id, AgentSessionStatus.FAILED,
-                expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER],
-            )
-            await ConversationRepository(session).set_agent_status(turn.conversation.id, None)
-        cid = turn.conversation.id
-        await self._publisher.emit(
-            cid, FrameType.MESSAGE_ERROR,
-            {"message_id": turn.message_id, "code": code, "text": text, "content": content, "retryable": retryable},
-        )
-        await self._publisher.emit(
-            cid, FrameType.AGENT_ERROR,
-            {"message_id": turn.message_id, "code": code, "message": text, "retryable": retryable}, boundary=True,
-        )
-
-    async def _finish_message(self, state: _TurnState, content: str, status: str, metadata: dict[str, Any]) -> None:
-        await state.turn.ready()
-        async with unit_of_work(self._sessionmaker) as session:
-            await MessageRepository(session).finish(
-                state.turn.message_id, content=content, status=status, agent_metadata=metadata
-            )
+        return Extras(state.metadata(ask_user=ask), write, (AgentAskUser(turn.message_id, **ask),))
 
 
 # At most this many queued chunks become one delta frame (bounds a frame's size and the wait of

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from conversation_service.agent_client import AgentEventStream
 from conversation_service.agent_delegation.processor import AgentTurn
@@ -25,6 +26,8 @@ class TurnAttempt:
 
     row_id: str = ""  # the agent session row claimed ("": none yet)
     agent_session_id: str | None = None
+    profile_name: str = ""
+    history_stats: dict[str, Any] = field(default_factory=dict)  # how the history was windowed
     execute: ExecuteRequest | None = None
     stream: AgentEventStream | None = None  # the execute's (a takeover's: the resumed event stream), once called
     reply: AgentTurn | None = None  # the assistant message opened for the answer

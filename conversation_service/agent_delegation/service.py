@@ -6,14 +6,11 @@ key per user message so a retry or a restart never starts a second run), and han
 stream to the ``AgentEventProcessor``. Turns of one conversation run one after another (the agent
 session runs one run at a time); different conversations run concurrently.
 
-Failures end visibly, never in silence:
-- the Agent Service is unreachable / 503 / 500 after the retries, or the breaker is open: the
-  direct LLM answers, with the notice "Advanced features temporarily unavailable, using standard
-  chat", and the request goes to ``dead_letters``;
-- 408, 4xx, a broken stream or an agent ERROR: the user sees an error with a readable reason,
-  and (except for an agent ERROR, which is the agent's own answer) a dead letter is written;
-- a fault of this service's own (a bug, a failed write): the same, code ``agent_failed``; when
-  even that cannot be written, the turn is left running for the lease sweep to end.
+Failures end visibly, never in silence; ``replies.policy`` says how each ends (the direct LLM's
+answer with a notice, or the reply ``Failed`` with a dead letter, or the agent's own error), and
+``replies.ender.ReplyEnder`` ends every one of them. A fault of this service's own (a bug, a failed
+write) ends the reply ``agent_failed``; when even that cannot be written, the turn is left running
+for the lease sweep to end.
 """
 
 from __future__ import annotations
@@ -23,16 +20,9 @@ import logging
 import time
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from conversation_service.agent_client import (
-    AgentConnectError,
-    AgentServerError,
-    AgentServiceClient,
-    AgentServiceError,
-    AgentTimeoutError,
-    AgentUnavailableError,
-)
+from conversation_service.agent_client import AgentEventStream, AgentServiceClient, AgentServiceError
 from conversation_service.agent_delegation.failures import TurnFailures, dead_letter_payload
 from conversation_service.agent_delegation.processor import (
     AgentEventProcessor,
@@ -56,29 +46,30 @@ from conversation_service.db.models import (
     new_id,
     utcnow,
 )
-from conversation_service.db.repository import unit_of_work
 from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.history.extractor import HistoryExtractor
 from conversation_service.history.schemas import HistoryRecord
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import message_frame_data
 from conversation_service.metrics import AgentMetrics
-from conversation_service.realtime.frames import FrameType, TurnProgress
+from conversation_service.realtime.frames import MessageCreated, Notice, TurnProgress
 from conversation_service.realtime.publisher import FramePublisher
+from conversation_service.replies.endings import Failed
+from conversation_service.replies.policy import Action, action_for, failure_reason, says_agent_unhealthy
 from conversation_service.resilience.breaker import CircuitBreaker, CircuitOpenError
 from conversation_service.routing.schemas import FALLBACK_NOTICE
 from conversation_service.tasks import TaskSupervisor
-from conversation_service.turns.leases import TurnLeases
+from conversation_service.turns.leases import TurnLeases, TurnLeftRunning
+from shared.fastpath.deferred import DeferredWrite
 from shared.logging import conversation_id_var, session_id_var
 from shared.protocol import Answer, ExecuteRequest, UserContext
+from shared.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
-# Errors that say the Agent Service itself is unhealthy: they count against the breaker and the
-# message falls back to the direct LLM. Anything else is about this request.
-UNHEALTHY_ERRORS = (AgentUnavailableError, AgentServerError, AgentConnectError, AgentTimeoutError)
 # How many times a session claim is retried when another replica's claim is not visible yet.
 CLAIM_ATTEMPTS = 3
+CLAIM_CONFLICT_TEXT = "Another agent session is starting for this conversation. Please resend your message."
 
 
 # The conversation's open agent session and the history rows before the message.
@@ -89,7 +80,7 @@ class AgentDelegation:
     def __init__(
         self,
         *,
-        sessionmaker: async_sessionmaker,
+        transactions: Transactions,
         client: AgentServiceClient,
         breaker: CircuitBreaker,
         history: HistoryExtractor,
@@ -104,7 +95,7 @@ class AgentDelegation:
     ) -> None:
         self._leases = leases
         self._failures = failures
-        self._sessionmaker = sessionmaker
+        self._tx = transactions
         self._client = client
         self._breaker = breaker
         self._history = history
@@ -173,6 +164,8 @@ class AgentDelegation:
         try:
             async with turns.lock:
                 return await self._run_turn(conversation, user_message, request, claim, attempt)
+        except TurnLeftRunning:
+            raise  # its end could not be written: left to the lease sweep
         except Exception as error:
             # Last line of defence: a fault of our own. The user must learn that this message got no
             # answer, and the turn must end, or the reply streams forever and the session stays busy.
@@ -190,84 +183,94 @@ class AgentDelegation:
         started = time.perf_counter()
         claimed = claim if claim is not None else await self._claim_session(conversation.id, user_message)
         if claimed is None:
-            await self._publisher.emit(
-                conversation.id, FrameType.NOTICE,
-                {"code": "agent_session_conflict",
-                 "text": "Another agent session is starting for this conversation. Please resend your message."},
-                boundary=True,
-            )
-            self._metrics.turns["failed"].inc()
-            attempt.ended = True
-            return "failed"
-        row, history_rows = claimed
-        row_id, agent_session_id, profile_name = row.id, row.agent_session_id, row.profile_name
-        attempt.row_id, attempt.agent_session_id = row_id, agent_session_id
-        chat_history, history_stats = await self._chat_history(conversation.id, history_rows)
-        execute = ExecuteRequest(
-            session_id=agent_session_id,
-            profile_name=profile_name,
-            message=request.text if request.answer is None else "",
-            chat_history=chat_history,
-            user_context=UserContext(user_id=conversation.owner_id, org_id=conversation.org_id),
-            answer=request.answer,
-            metadata={"conversation_id": conversation.id, "message_id": user_message.id},
-        )
-        attempt.execute = execute
+            return await self._claim_conflict(conversation, attempt)
+        execute = await self._request(conversation, user_message, request, claimed, attempt)
         try:
             is_probe = self._breaker.acquire()
-        except CircuitOpenError:
-            await self._fall_back(conversation, user_message, row_id, attempt, created_now=agent_session_id is None,
-                                  code="circuit_open", detail="circuit breaker open", payload=None, attempts=0)
-            return "fallback"
-
+        except CircuitOpenError as error:
+            return await self._recover(conversation, user_message, attempt, error)
         # One key per user message (and regeneration of its answer): a retry, or the same message
         # delegated again after a restart, joins the run the first try started instead of a second.
         stream = attempt.stream = self._client.execute_agent(execute, idempotency_key=run_key(user_message))
         try:
             await stream.start()
         except AgentServiceError as error:
-            return await self._start_failed(conversation, user_message, attempt, error)
+            return await self._recover(conversation, user_message, attempt, error)
         except BaseException:
             self._breaker.release()
             await stream.aclose()
             raise
         self._metrics.first_chunk_seconds.observe(time.perf_counter() - started)
-        attempt.agent_session_id = stream.session_id or agent_session_id
+        outcome = await self._follow(conversation, user_message, request, attempt, stream)
+        self._count_retries(stream)
+        await self._settle(conversation, user_message, attempt, outcome, is_probe)
+        return outcome.kind.value
+
+    async def _claim_conflict(self, conversation: Conversation, attempt: TurnAttempt) -> str:
+        """Another replica's claim of the conversation's session is not visible yet: the user resends."""
+        await self._publisher.emit(conversation.id, Notice("agent_session_conflict", CLAIM_CONFLICT_TEXT), boundary=True)
+        self._metrics.turns["failed"].inc()
+        attempt.ended = True
+        return "failed"
+
+    async def _request(
+        self, conversation: Conversation, user_message: Message, request: TurnRequest, claimed: Claim,
+        attempt: TurnAttempt,
+    ) -> ExecuteRequest:
+        row, history_rows = claimed
+        attempt.row_id, attempt.agent_session_id = row.id, row.agent_session_id
+        attempt.profile_name = row.profile_name
+        chat_history, attempt.history_stats = await self._chat_history(conversation.id, history_rows)
+        attempt.execute = ExecuteRequest(
+            session_id=row.agent_session_id,
+            profile_name=row.profile_name,
+            message=request.text if request.answer is None else "",
+            chat_history=chat_history,
+            user_context=UserContext(user_id=conversation.owner_id, org_id=conversation.org_id),
+            answer=request.answer,
+            metadata={"conversation_id": conversation.id, "message_id": user_message.id},
+        )
+        return attempt.execute
+
+    async def _follow(
+        self, conversation: Conversation, user_message: Message, request: TurnRequest, attempt: TurnAttempt,
+        stream: AgentEventStream,
+    ) -> TurnOutcome:
+        """The run's events, from its first to its end, through the processor."""
+        attempt.agent_session_id, known = stream.session_id or attempt.agent_session_id, attempt.agent_session_id
         session_id_token = session_id_var.set(stream.session_id)
         turn: AgentTurn | None = None
         try:
             # The run's events start after this one: where a takeover resumes if no later frame is stored.
             before_first = max((stream.last_seq or 1) - 1, 0)
-            turn = attempt.reply = await self._open_turn(
-                conversation, user_message, row_id, agent_session_id, stream.session_id or "", request,
-                history_stats, before_first,
-            )
+            turn = attempt.reply = await self._open_turn(conversation, user_message, attempt, known, request,
+                                                         before_first)
             outcome = await self._processor.process(turn, _iterate(stream))
             attempt.ended = True
+            return outcome
         except BaseException:
             self._breaker.release()
             raise
         finally:
             await stream.aclose()
             session_id_var.reset(session_id_token)
-            if turn is not None:
-                turn.start_opening()  # a turn that failed before its first frame still records its start
-                if turn.opened is not None:
-                    await _settle_opening(turn.opened)
-        self._count_retries(stream)
-        await self._settle(conversation, user_message, turn, outcome, execute, stream.retries + 1, is_probe)
-        return outcome.kind.value
+            if turn is not None and turn.record is not None:
+                turn.record.frame_out()  # a turn that failed before its first frame still records its start
+                await turn.record.settle()
 
     async def _claim_session(self, conversation_id: str, user_message: Message) -> Claim | None:
         """The conversation's open agent session (created if none) and the history rows before
         ``user_message``, in one transaction: one round trip to the database, not two."""
+
+        async def claim(session: AsyncSession) -> Claim:
+            row, _created = await AgentSessionService(session).get_or_create_open(
+                conversation_id, profile_name=self._settings.agent_profile_name
+            )
+            return row, await self._read_history(session, user_message)
+
         for attempt in range(CLAIM_ATTEMPTS):
             try:
-                async with unit_of_work(self._sessionmaker) as session:
-                    row, _created = await AgentSessionService(session).get_or_create_open(
-                        conversation_id, profile_name=self._settings.agent_profile_name
-                    )
-                    return row, await self._read_history(session, user_message)
+                return await self._tx.run(claim)
             except AgentSessionConflict:
                 # Another replica's claim is not committed yet; its commit is a few ms away.
                 await asyncio.sleep(0.05 * (attempt + 1))
@@ -279,43 +282,39 @@ class AgentDelegation:
         return result.messages, result.stats.as_dict()
 
     async def _open_turn(
-        self,
-        conversation: Conversation,
-        user_message: Message,
-        row_id: str,
-        known_agent_session_id: str | None,
-        agent_session_id: str,
-        request: TurnRequest,
-        history_stats: dict[str, Any],
-        before_first: int,
+        self, conversation: Conversation, user_message: Message, attempt: TurnAttempt,
+        known_agent_session_id: str | None, request: TurnRequest, before_first: int,
     ) -> AgentTurn:
-        metadata = {"route_reason": request.route_reason, "history": history_stats}
-        # The assistant message is announced at once and written in the background, started once
-        # the first event's frame is out: the first answer chunk waits neither for this transaction
-        # nor for its CPU time on the loop. Nothing per event touches the database; the processor
-        # waits for the write (``AgentTurn.ready``) before its first write (a tool's end, the final
-        # message), so the row always exists by then.
+        agent_session_id = attempt.agent_session_id or ""
+        metadata = {"route_reason": request.route_reason, "history": attempt.history_stats}
+        # The assistant message is announced at once; its row is written once the first event's
+        # frame is out (``DeferredWrite``), and the turn's later writes wait for it.
         message = Message(
             id=new_id(), conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content="",
             status=MessageStatus.STREAMING.value, client_message_id=None, created_at=utcnow(),
             agent_session_id=agent_session_id,
             agent_metadata={"path": "agent", "in_reply_to": user_message.id, **metadata},
         )
-        await self._publisher.emit(
-            conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message),
+        created = await self._publisher.emit(
+            conversation.id, MessageCreated(message_frame_data(message)),
             progress=TurnProgress(user_message.id, message.id, agent_session_id, before_first),
         )
+        record = DeferredWrite(
+            lambda: self._record_turn(attempt.row_id, known_agent_session_id, agent_session_id, message),
+            name=f"agent-turn-record:{message.id}",
+        )
         return AgentTurn(
-            conversation=conversation, session_row_id=row_id, agent_session_id=agent_session_id,
-            message_id=message.id, in_reply_to=user_message.id, metadata=metadata,
-            opening=lambda: self._record_turn(row_id, known_agent_session_id, agent_session_id, message),
+            conversation=conversation, session_row_id=attempt.row_id, agent_session_id=agent_session_id,
+            message_id=message.id, in_reply_to=user_message.id, metadata=metadata, record=record,
+            since_seq=created.seq,
         )
 
     async def _record_turn(
         self, row_id: str, known_agent_session_id: str | None, agent_session_id: str, message: Message
     ) -> None:
         """The turn's start in one transaction: correlation, status, and the assistant message."""
-        async with unit_of_work(self._sessionmaker) as session:
+
+        async def record(session: AsyncSession) -> None:
             sessions = AgentSessionRepository(session)
             if known_agent_session_id is None:
                 await sessions.set_agent_session_id(row_id, agent_session_id)
@@ -324,83 +323,72 @@ class AgentDelegation:
                 row_id, AgentSessionStatus.ACTIVE,
                 expected=[AgentSessionStatus.ACTIVE, AgentSessionStatus.AWAITING_USER], clear_pending_question=True,
             )
-            session.add(message)
+            await MessageRepository(session).open_reply(_copy(message))
 
-    async def _start_failed(
-        self, conversation: Conversation, user_message: Message, attempt: TurnAttempt, error: AgentServiceError
+        await self._tx.run(record)
+
+    async def _recover(
+        self, conversation: Conversation, user_message: Message, attempt: TurnAttempt, error: Exception,
     ) -> str:
-        """The end of a turn whose execute failed: the direct LLM's answer, or the error shown."""
-        stream, execute = attempt.stream, attempt.execute
-        row_id, agent_session_id = attempt.row_id, attempt.agent_session_id
-        assert stream is not None and execute is not None
-        self._count_retries(stream)
-        attempts = stream.retries + 1
-        if isinstance(error, UNHEALTHY_ERRORS):
+        """The end of a turn whose execute failed (or was not sent: the breaker is open), as
+        ``replies.policy`` says: the direct LLM's answer, or the error shown; a dead letter either way
+        when a request was sent."""
+        attempts = 0
+        if attempt.stream is not None:
+            self._count_retries(attempt.stream)
+            attempts = attempt.stream.retries + 1
+        if says_agent_unhealthy(error):
             self._breaker.record_failure()
-            await self._fall_back(
-                conversation, user_message, row_id, attempt, created_now=agent_session_id is None,
-                code=type(error).__name__, detail=str(error), payload=dead_letter_payload(execute),
-                attempts=attempts,
+        elif attempt.stream is not None:
+            self._breaker.release()  # the service answered: it is up, it refused this request
+        sent = attempt.stream is not None and attempt.execute is not None
+        if sent:
+            await self._failures.dead_letter(
+                conversation.id, user_message.id, None if action_for(error) is Action.FALL_BACK
+                else attempt.agent_session_id, type(error).__name__, str(error),
+                dead_letter_payload(attempt.execute), attempts,
             )
+        if action_for(error) is Action.FALL_BACK:
+            await self._fall_back(conversation, user_message, attempt, code=type(error).__name__
+                                  if sent else "circuit_open")
             return "fallback"
-        # The service answered: it is up, but it refused this request (400, 408, 409, 413...).
-        self._breaker.release()
         log.warning("agent refused the request", extra={"error_type": type(error).__name__,
                                                         "message_id": user_message.id})
-        await self._failures.dead_letter(conversation.id, user_message.id, agent_session_id, type(error).__name__,
-                                         str(error), dead_letter_payload(execute), attempts)
-        turn = attempt.reply = await self._failures.open_failed_reply(conversation, user_message, row_id,
-                                                                      agent_session_id)
-        await self._processor.fail(turn, None, code=type(error).__name__, text=error.user_message,
-                                   retryable=error.retryable)
-        attempt.ended = True
+        turn = self._failures.unopened_reply(conversation, user_message, attempt.row_id, attempt.agent_session_id)
+        attempt.reply = turn
+        await self._failures.end(turn, None, Failed(failure_reason(error)), attempt)
         self._metrics.turns["failed"].inc()
         return "failed"
 
     async def _settle(
-        self,
-        conversation: Conversation,
-        user_message: Message,
-        turn: AgentTurn,
-        outcome: TurnOutcome,
-        execute: ExecuteRequest,
-        attempts: int,
+        self, conversation: Conversation, user_message: Message, attempt: TurnAttempt, outcome: TurnOutcome,
         is_probe: bool,
     ) -> None:
         self._metrics.turns[outcome.kind.value].inc()
         if outcome.kind is TurnOutcomeKind.ASK_USER:
             self._metrics.questions["asked"].inc()
         if outcome.kind is TurnOutcomeKind.INTERRUPTED:
+            assert attempt.stream is not None and attempt.execute is not None and attempt.reply is not None
             self._breaker.record_failure()
-            await self._failures.dead_letter(conversation.id, user_message.id, turn.agent_session_id,
+            await self._failures.dead_letter(conversation.id, user_message.id, attempt.reply.agent_session_id,
                                              outcome.error_code or "stream_interrupted",
                                              str(outcome.error or "stream ended before a terminal event"),
-                                             dead_letter_payload(execute), attempts)
+                                             dead_letter_payload(attempt.execute), attempt.stream.retries + 1)
         else:
             # The Agent Service did its job (an agent ERROR is an answer too).
             self._breaker.record_success()
 
     async def _fall_back(
-        self,
-        conversation: Conversation,
-        user_message: Message,
-        row_id: str,
-        attempt: TurnAttempt,
-        *,
-        created_now: bool,
-        code: str,
-        detail: str,
-        payload: dict[str, Any] | None,
-        attempts: int,
+        self, conversation: Conversation, user_message: Message, attempt: TurnAttempt, *, code: str,
     ) -> None:
-        if payload is not None:
-            await self._failures.dead_letter(conversation.id, user_message.id, None, code, detail, payload, attempts)
-        if created_now:
+        if attempt.agent_session_id is None:
             # A session that never reached the agent must not keep the conversation routed to it.
-            async with unit_of_work(self._sessionmaker) as session:
+            async def fail_session(session: AsyncSession) -> None:
                 await AgentSessionRepository(session).update_status(
-                    row_id, AgentSessionStatus.FAILED, expected=[AgentSessionStatus.ACTIVE]
+                    attempt.row_id, AgentSessionStatus.FAILED, expected=[AgentSessionStatus.ACTIVE]
                 )
+
+            await self._tx.run(fail_session)
         self._metrics.turns["fallback"].inc()
         log.warning("agent unavailable, falling back to the direct LLM",
                     extra={"error_code": code, "message_id": user_message.id})
@@ -419,22 +407,19 @@ class AgentDelegation:
             self._metrics.retries["reconnect"].inc(stream.reconnects)
 
 
+def _copy(message: Message) -> Message:
+    """A new instance of the row to add: a transaction run again must not add one already flushed."""
+    return Message(id=message.id, conversation_id=message.conversation_id, role=message.role,
+                   content=message.content, status=message.status, client_message_id=None,
+                   created_at=message.created_at, agent_session_id=message.agent_session_id,
+                   agent_metadata=message.agent_metadata)
+
+
 def run_key(user_message: Message) -> str:
     """The Idempotency-Key of the agent run answering ``user_message``: ``msg-<id>``, and for the
     n-th regenerated answer ``msg-<id>-<n>`` (a new run, where the first key would join the old one)."""
     attempt = (user_message.agent_metadata or {}).get("attempt", 0)
     return f"msg-{user_message.id}-{attempt}" if attempt else f"msg-{user_message.id}"
-
-
-async def _settle_opening(opened: asyncio.Task) -> None:
-    """Wait for a turn's start write if the processor did not; its failure is logged once."""
-    try:
-        await asyncio.shield(opened)
-    except asyncio.CancelledError:
-        if not opened.done():
-            raise
-    except Exception:
-        log.exception("could not record the agent turn's start")
 
 
 async def _iterate(stream) -> Any:

@@ -22,6 +22,9 @@ class DelegationSettings(BaseSettings):
     # Backoff before each retry of an execution that has not started streaming (3 retries).
     agent_retry_delays_s: str = "1,2,4"
     agent_reconnect_delays_s: str = "1,2,4"
+    # A stream that broke mid-run is resumed, the last delay repeating, for this long before the
+    # reply is given up: a short partition or an Agent Service restart loses nothing.
+    agent_resume_budget_s: float = Field(default=30.0, ge=0, le=3600)
     # Circuit breaker: this many failures inside the window open it; open this long before one probe.
     agent_breaker_failures: int = Field(default=5, ge=1, le=1000)
     agent_breaker_window_s: float = Field(default=60.0, gt=0)
@@ -62,4 +65,5 @@ class DelegationSettings(BaseSettings):
             stream_timeout=self.agent_stream_timeout_s,
             retry_delays=self.parse_delays(self.agent_retry_delays_s),
             reconnect_delays=self.parse_delays(self.agent_reconnect_delays_s),
+            resume_budget=self.agent_resume_budget_s,
         )

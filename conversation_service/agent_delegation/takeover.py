@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from conversation_service.agent_client import AgentServiceClient
 from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
@@ -44,23 +44,25 @@ from conversation_service.db.models import (
     MessageStatus,
     Turn,
     TurnKind,
+    new_id,
     utcnow,
 )
-from conversation_service.db.repository import unit_of_work
 from conversation_service.messages.repository import MessageRepository
-from conversation_service.messages.schemas import message_frame_data
 from conversation_service.metrics import AgentMetrics
 from conversation_service.realtime.frames import Frame, FrameType
-from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.realtime.repository import FrameRepository
+from conversation_service.replies.ender import Reply, ReplyEnder
+from conversation_service.replies.endings import REPLY_INTERRUPTED, Completed, Ending, Interrupted, Stopped
 from conversation_service.tasks import TaskSupervisor
 from conversation_service.turns.leases import TurnLeases
+from shared.fastpath.deferred import DeferredWrite
+from shared.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
 # The route reason of a turn dispatched, or resumed, by a takeover.
 TAKEOVER = "takeover"
-INTERRUPTED_TEXT = "The reply was interrupted by a server restart. Please try again."
+INTERRUPTED_TEXT = REPLY_INTERRUPTED.text
 # A turn whose takeovers keep failing (the process taking it over dies too) ends with an error.
 MAX_TAKEOVERS = 3
 _TERMINAL_FRAMES = (FrameType.MESSAGE_COMPLETED, FrameType.MESSAGE_ERROR)
@@ -68,19 +70,19 @@ _TERMINAL_FRAMES = (FrameType.MESSAGE_COMPLETED, FrameType.MESSAGE_ERROR)
 
 class TurnTakeover:
     def __init__(
-        self, *, sessionmaker: async_sessionmaker, leases: TurnLeases, dispatcher: AgentReplyDispatcher,
+        self, *, transactions: Transactions, leases: TurnLeases, dispatcher: AgentReplyDispatcher,
         delegation: AgentDelegation, processor: AgentEventProcessor, client: AgentServiceClient,
-        publisher: FramePublisher, tasks: TaskSupervisor, metrics: AgentMetrics, failures: TurnFailures,
+        replies: ReplyEnder, tasks: TaskSupervisor, metrics: AgentMetrics, failures: TurnFailures,
         batch: int = 50,
     ) -> None:
-        self._sessionmaker = sessionmaker
+        self._tx = transactions
         self._failures = failures
         self._leases = leases
         self._dispatcher = dispatcher
         self._delegation = delegation
         self._processor = processor
         self._client = client
-        self._publisher = publisher
+        self._replies = replies
         self._tasks = tasks
         self._metrics = metrics
         self._batch = batch
@@ -95,36 +97,43 @@ class TurnTakeover:
         return len(claimed)
 
     async def _take_over(self, turn: Turn) -> None:
+        async def read(session: AsyncSession):
+            conversation = await ConversationRepository(session).get(turn.conversation_id)
+            user_message = await MessageRepository(session).get(turn.id)
+            reply = await MessageRepository(session).get(turn.assistant_message_id) if turn.assistant_message_id else None
+            frames = (await FrameRepository(session).message_frames(turn.conversation_id, turn.assistant_message_id)
+                      if turn.assistant_message_id else [])
+            return conversation, user_message, reply, frames
+
         try:
-            async with unit_of_work(self._sessionmaker) as session:
-                conversation = await ConversationRepository(session).get(turn.conversation_id)
-                user_message = await MessageRepository(session).get(turn.id)
-                reply = (await MessageRepository(session).get(turn.assistant_message_id)
-                         if turn.assistant_message_id else None)
-                frames = (await FrameRepository(session).message_frames(turn.conversation_id, turn.assistant_message_id)
-                          if turn.assistant_message_id else [])
+            conversation, user_message, reply, frames = await self._tx.run(read)
             if conversation is None or user_message is None:
                 await self._leases.finish(turn.id)  # deleted meanwhile: nobody to answer
                 return
             await self._end(turn, conversation, user_message, reply, frames)
         except Exception:
-            # Left running: its lease runs out again and the next sweep tries once more.
-            self._leases.held.discard(turn.id)
-            log.exception("turn takeover failed", extra={"turn_id": turn.id})
+            # Left running (not done): its lease runs out again and the next sweep tries once more.
+            self._leases.give_up(turn.id)
+            log.exception("turn takeover failed; the next sweep tries again", extra={"turn_id": turn.id})
 
     async def _end(
         self, turn: Turn, conversation: Conversation, user_message: Message, reply: Message | None, frames: list[Frame]
     ) -> None:
         ended = next((f for f in frames if f.type in _TERMINAL_FRAMES), None)
         if reply is not None and reply.status != MessageStatus.STREAMING.value or ended is not None:
-            await self._leases.hold(turn.id, self._settle(conversation, reply, ended))
+            await self._leases.hold(turn.id, self._settle(turn, conversation, reply, ended))
             self._metrics.takeovers["settled"].inc()
         elif turn.stop_requested_at is not None and turn.kind == TurnKind.DIRECT.value:
             # The user stopped it before its owner died: it ends as they asked, not as a failure.
-            await self._leases.hold(turn.id, self._stop(turn, conversation, frames))
+            await self._leases.hold(turn.id, self._replies.end(self._reply_of(turn, conversation),
+                                                                Stopped(_shown(frames).text)))
             self._metrics.takeovers["settled"].inc()
-        elif turn.takeovers > MAX_TAKEOVERS or turn.kind == TurnKind.DIRECT.value:
-            await self._leases.hold(turn.id, self._fail(turn, conversation, user_message, frames))
+        elif turn.takeovers > MAX_TAKEOVERS or turn.kind == TurnKind.DIRECT.value or not _shown(frames).whole:
+            # A direct reply cannot be resumed, and is not generated again: a second sampling would
+            # differ from the text the user has read. A reply whose stored deltas have a hole (frames
+            # given up while the database was away) is not continued over it either.
+            await self._leases.hold(turn.id, self._replies.end(self._reply_of(turn, conversation),
+                                                                Interrupted(REPLY_INTERRUPTED, _shown(frames).text)))
             self._metrics.takeovers["failed"].inc()
         elif turn.assistant_message_id is None or turn.agent_session_id is None:
             self._metrics.takeovers["restarted"].inc()
@@ -132,6 +141,12 @@ class TurnTakeover:
         else:
             outcome = await self._leases.hold(turn.id, self._resume(turn, conversation, user_message, frames))
             self._metrics.takeovers[outcome].inc()
+
+    @staticmethod
+    def _reply_of(turn: Turn, conversation: Conversation) -> Reply:
+        """The turn's reply: its message, or a new one when the owner died before it had one."""
+        return Reply(conversation.id, turn.assistant_message_id or new_id(), turn.id, turn.kind or "unknown",
+                     turn.agent_session_id, announced=turn.assistant_message_id is not None)
 
     async def _restart(self, conversation: Conversation, user_message: Message) -> None:
         request = self._dispatcher.request_of(user_message, reason=TAKEOVER)
@@ -146,19 +161,21 @@ class TurnTakeover:
         (``TurnFailures.end_broken``), or leaves the turn running for the next sweep when even that
         fails (``TurnLeftRunning``)."""
         assert turn.assistant_message_id is not None and turn.agent_session_id is not None
-        content = _shown_text(frames)
+        content = _shown(frames).text
         agent_turn = AgentTurn(
-            # The session row is found below; until then (a failed read) ``fail`` has none to mark failed.
+            # The session row is found below; until then (a failed read) ``end`` has none to mark failed.
             conversation=conversation, session_row_id="",
             agent_session_id=turn.agent_session_id, message_id=turn.assistant_message_id, in_reply_to=user_message.id,
             metadata={"taken_over": turn.takeovers},
-            opening=lambda: self._ensure_message(conversation.id, turn.assistant_message_id or "", user_message,
-                                                 turn.agent_session_id, content),
+            record=DeferredWrite(lambda: self._ensure_message(conversation.id, turn, user_message, content),
+                                 name=f"turn-takeover-record:{turn.id}"),
         )
         attempt = TurnAttempt(agent_session_id=turn.agent_session_id, reply=agent_turn)
         try:
-            async with unit_of_work(self._sessionmaker) as session:
-                row = await AgentSessionRepository(session).get_by_agent_session_id(turn.agent_session_id)
+            async def session_row(session: AsyncSession):
+                return await AgentSessionRepository(session).get_by_agent_session_id(turn.agent_session_id or "")
+
+            row = await self._tx.run(session_row)
             agent_turn.session_row_id = attempt.row_id = row.id if row is not None else ""
             stream = attempt.stream = self._client.stream_events(turn.agent_session_id,
                                                                  last_event_id=turn.last_agent_seq)
@@ -167,7 +184,6 @@ class TurnTakeover:
                 attempt.ended = True
             finally:
                 await stream.aclose()
-                await agent_turn.ready()
         except Exception as error:
             log.exception("taken-over agent turn failed", extra={"turn_id": turn.id})
             await self._failures.end_broken(conversation, user_message, self._dispatcher.request_of(
@@ -175,73 +191,53 @@ class TurnTakeover:
             return "failed"
         return "resumed"
 
-    async def _ensure_message(
-        self, conversation_id: str, message_id: str, user_message: Message, agent_session_id: str | None, content: str,
-    ) -> None:
+    async def _ensure_message(self, conversation_id: str, turn: Turn, user_message: Message, content: str) -> None:
         """The reply's row, when its owner died before writing it (its start is written lazily)."""
-        async with unit_of_work(self._sessionmaker) as session:
-            if await MessageRepository(session).get(message_id) is None:
-                session.add(Message(
-                    id=message_id, conversation_id=conversation_id, role=MessageRole.ASSISTANT.value,
-                    content=content, status=MessageStatus.STREAMING.value, created_at=utcnow(),
-                    agent_session_id=agent_session_id,
-                    agent_metadata={"path": "agent", "in_reply_to": user_message.id},
-                ))
 
-    async def _fail(self, turn: Turn, conversation: Conversation, user_message: Message, frames: list[Frame]) -> None:
-        """End the turn as failed: the message says so, holding the text the frame log shows."""
-        content = _shown_text(frames)
-        message_id = turn.assistant_message_id
-        async with unit_of_work(self._sessionmaker) as session:
-            messages = MessageRepository(session)
-            message = await messages.get(message_id) if message_id else None
-            if message is None:
-                message = await messages.create(
-                    conversation_id=conversation.id, role=MessageRole.ASSISTANT.value, content=content,
-                    status=MessageStatus.ERROR.value,
-                    agent_metadata={"path": turn.kind or "unknown", "in_reply_to": user_message.id},
-                )
-                created = True
-            else:
-                await messages.finish(message.id, content=content, status=MessageStatus.ERROR.value)
-                created = False
-        if created:
-            await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
-        await self._publisher.emit(
-            conversation.id, FrameType.MESSAGE_ERROR,
-            {"message_id": message.id, "code": "reply_interrupted", "text": INTERRUPTED_TEXT, "content": content,
-             "retryable": True},
-            boundary=True,
-        )
+        async def write(session: AsyncSession) -> None:
+            await MessageRepository(session).open_reply(Message(
+                id=turn.assistant_message_id, conversation_id=conversation_id, role=MessageRole.ASSISTANT.value,
+                content=content, status=MessageStatus.STREAMING.value, created_at=utcnow(),
+                agent_session_id=turn.agent_session_id, agent_metadata={"path": "agent", "in_reply_to": user_message.id},
+            ))
 
-    async def _stop(self, turn: Turn, conversation: Conversation, frames: list[Frame]) -> None:
-        """End a stopped direct reply whose owner died: ``stopped``, with the text the frame log shows."""
-        content = _shown_text(frames)
-        assert turn.assistant_message_id is not None  # a direct turn has its message
-        async with unit_of_work(self._sessionmaker) as session:
-            await MessageRepository(session).finish(turn.assistant_message_id, content=content,
-                                                    status=MessageStatus.STOPPED.value)
-        await self._publisher.emit(
-            conversation.id, FrameType.MESSAGE_COMPLETED,
-            {"message_id": turn.assistant_message_id, "content": content, "status": MessageStatus.STOPPED.value},
-            boundary=True,
-        )
+        await self._tx.run(write)
 
-    async def _settle(self, conversation: Conversation, reply: Message | None, ended: Frame | None) -> None:
+    async def _settle(self, turn: Turn, conversation: Conversation, reply: Message | None, ended: Frame | None) -> None:
         """The reply had ended; only its end frame may be missing from the log."""
         if ended is not None or reply is None:
             return
-        if reply.status in (MessageStatus.COMPLETE.value, MessageStatus.STOPPED.value):
-            data = {"message_id": reply.id, "content": reply.content, "status": reply.status}
-            await self._publisher.emit(conversation.id, FrameType.MESSAGE_COMPLETED, data, boundary=True)
+        ending: Ending
+        if reply.status == MessageStatus.COMPLETE.value:
+            ending = Completed(reply.content)
+        elif reply.status == MessageStatus.STOPPED.value:
+            ending = Stopped(reply.content)
         else:
-            data = {"message_id": reply.id, "code": "reply_interrupted", "text": INTERRUPTED_TEXT,
-                    "content": reply.content, "retryable": True}
-            await self._publisher.emit(conversation.id, FrameType.MESSAGE_ERROR, data, boundary=True)
+            ending = Interrupted(REPLY_INTERRUPTED, reply.content)
+        await self._replies.show_end(self._reply_of(turn, conversation), ending)
 
 
-def _shown_text(frames: list[Frame]) -> str:
-    return "".join(f.data.get("text", "") for f in frames if f.type == FrameType.MESSAGE_DELTA)
+class _Shown:
+    """The text a reply's stored deltas show, and whether it is whole (each delta starts where the
+    text before it ends: none was lost in between)."""
+
+    __slots__ = ("text", "whole")
+
+    def __init__(self, text: str, whole: bool) -> None:
+        self.text, self.whole = text, whole
+
+
+def _shown(frames: list[Frame]) -> _Shown:
+    text, whole = "", True
+    for frame in frames:
+        if frame.type != FrameType.MESSAGE_DELTA:
+            continue
+        offset = frame.data.get("offset")
+        if isinstance(offset, int) and offset != len(text):
+            whole = whole and offset < len(text)  # a chunk sent again after a takeover replaces
+            text = text[:offset] if offset < len(text) else text
+        text += frame.data.get("text", "")
+    return _Shown(text, whole)
 
 
 async def _iterate(stream):

@@ -12,7 +12,7 @@ from conversation_service.conversations.schemas import (
     ConversationUpdate,
 )
 from conversation_service.deps import CurrentUser, OwnedConversation, RealtimeDep, SessionDep
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import ConversationDeleted
 from shared.http_contract import BODY_ERRORS, errors
 
 router = APIRouter(prefix="/conversations", tags=["conversations"])
@@ -67,5 +67,4 @@ async def delete_conversation(
     ``conversation.deleted`` frame."""
     await service.delete_conversation(session, conversation)
     # After the response, so after the commit: a page is never told of a delete that rolled back.
-    after.add_task(realtime.publisher.emit, conversation.id, FrameType.CONVERSATION_DELETED,
-                   {"conversation_id": conversation.id}, boundary=True)
+    after.add_task(realtime.publisher.emit, conversation.id, ConversationDeleted(conversation.id), boundary=True)

@@ -12,7 +12,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shared.db import create_engine
+from shared.db import create_engine, migration_connection
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations" / "conversation"
 HEAD = "head"
@@ -31,7 +31,7 @@ async def _run(engine: AsyncEngine, fn, *args) -> None:
         config.attributes["connection"] = sync_connection
         fn(config, *args)
 
-    async with engine.begin() as conn:
+    async with migration_connection(engine) as conn:
         await conn.run_sync(run)
 
 

@@ -133,6 +133,9 @@ class Conversation(Base):
     # c0003: the highest seq any replica may have handed out (``realtime.reservations``); a seq
     # beyond it is reserved here first, so after a crash new frames start above it.
     seq_reserved: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # c0008: the highest seq a replica took from the reservation while Redis was away; a Redis
+    # counter below it is raised above it before it hands out another seq.
+    seq_without_redis: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
     messages: Mapped[list[Message]] = relationship(
         back_populates="conversation", lazy="raise", cascade="all, delete-orphan", passive_deletes=True

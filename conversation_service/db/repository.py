@@ -6,10 +6,9 @@ request dependency, a background task) commits once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from shared.transactions import transaction
 
 
 class Repository:
@@ -17,13 +16,5 @@ class Repository:
         self.session = session
 
 
-@asynccontextmanager
-async def unit_of_work(sessionmaker: async_sessionmaker) -> AsyncIterator[AsyncSession]:
-    """A session that commits when the block succeeds and rolls back when it raises."""
-    async with sessionmaker() as session:
-        try:
-            yield session
-            await session.commit()
-        except BaseException:
-            await session.rollback()
-            raise
+# The unit of work of both services (``shared.transactions``): commits on success, rolls back on error.
+unit_of_work = transaction

@@ -16,15 +16,24 @@ import math
 import time
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from conversation_service.db.models import Conversation, Message, MessageRole, MessageStatus
-from conversation_service.db.repository import unit_of_work
 from conversation_service.messages.repository import MessageRepository
-from conversation_service.messages.schemas import MessageOut
+from conversation_service.messages.schemas import message_frame_data
 from conversation_service.metrics import DirectReplyMetrics
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import AgentWaiting, MessageCreated, MessageDelta, Notice
 from conversation_service.realtime.publisher import FramePublisher
+from conversation_service.replies.ender import Reply, ReplyEnder
+from conversation_service.replies.endings import (
+    LLM_ERROR,
+    LLM_UNAVAILABLE,
+    Completed,
+    Failed,
+    Reason,
+    Stopped,
+    status_of,
+)
 from conversation_service.turns.repository import TurnRepository
 from conversation_service.turns.stops import ReplyStops
 from shared.fastpath.fair_share import fair_share
@@ -33,20 +42,22 @@ from shared.logging import conversation_id_var
 from shared.protocol import utcnow
 from shared.rate_limit import RateLimited, RateLimiter, Wait
 from shared.tokens import count_messages_tokens, count_tokens
+from shared.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
-USER_FACING_LLM_ERROR = "Sorry, the assistant could not answer right now. Please try again in a moment."
+USER_FACING_LLM_ERROR = LLM_UNAVAILABLE.text
 USER_FACING_RATE_LIMITED = "Your organisation has reached its usage limit."
 
 
 class DirectLLMReplier:
     def __init__(
         self,
-        sessionmaker: async_sessionmaker,
+        transactions: Transactions,
         provider: LLMProvider,
         publisher: FramePublisher,
         metrics: DirectReplyMetrics,
+        replies: ReplyEnder,
         *,
         history_messages: int,
         system_prompt: str,
@@ -56,7 +67,8 @@ class DirectLLMReplier:
         stops: ReplyStops | None = None,
     ) -> None:
         self._stops = stops or ReplyStops()
-        self._sessionmaker = sessionmaker
+        self._tx = transactions
+        self._replies = replies
         self._provider = provider
         self._publisher = publisher
         self._metrics = metrics
@@ -68,8 +80,10 @@ class DirectLLMReplier:
         self._model = model or provider.name
 
     async def build_prompt(self, conversation_id: str) -> list[LLMMessage]:
-        async with unit_of_work(self._sessionmaker) as session:
-            history = await MessageRepository(session).recent_complete(conversation_id, self._history_messages)
+        async def read(session: AsyncSession) -> list[Message]:
+            return await MessageRepository(session).recent_complete(conversation_id, self._history_messages)
+
+        history = await self._tx.run(read)
         prompt = [LLMMessage(role="system", content=self._system_prompt)]
         prompt.extend(LLMMessage(role=m.role, content=m.content) for m in history)  # type: ignore[arg-type]
         return prompt
@@ -87,52 +101,48 @@ class DirectLLMReplier:
         token = conversation_id_var.set(conversation_id)
         try:
             if notice is not None:
-                await self._publisher.emit(conversation_id, FrameType.NOTICE, {"code": notice[0], "text": notice[1]})
+                await self._publisher.emit(conversation_id, Notice(*notice))
             prompt = await self.build_prompt(conversation_id)
             metadata = {"path": "direct_llm", "in_reply_to": user_message.id, **(agent_metadata or {})}
-            async with unit_of_work(self._sessionmaker) as session:
-                message = await MessageRepository(session).create(
-                    conversation_id=conversation_id,
-                    role=MessageRole.ASSISTANT.value,
-                    content="",
-                    status=MessageStatus.STREAMING.value,
-                    agent_metadata=metadata,
+            async def open_reply(session: AsyncSession) -> Message:
+                created = await MessageRepository(session).create(
+                    conversation_id=conversation_id, role=MessageRole.ASSISTANT.value, content="",
+                    status=MessageStatus.STREAMING.value, agent_metadata=metadata,
                 )
                 # The turn's reply is this message: a takeover ends it visibly if this process dies.
-                await TurnRepository(session).set_direct_reply(user_message.id, message.id)
-            await self._publisher.emit(
-                conversation_id, FrameType.MESSAGE_CREATED, MessageOut.model_validate(message).model_dump(mode="json")
-            )
+                await TurnRepository(session).set_direct_reply(user_message.id, created.id)
+                return created
+
+            message = await self._tx.run(open_reply)
+            created = await self._publisher.emit(conversation_id, MessageCreated(message_frame_data(message)))
+            reply = Reply(conversation_id, message.id, user_message.id, "direct_llm", since_seq=created.seq)
             parts: list[str] = []  # the text streamed so far: what a stop keeps
             with self._stops.watch(user_message.id) as watch:
                 try:
-                    message = await self._answer(conversation, message, prompt, parts)
+                    message = await self._answer(conversation, reply, message, prompt, parts)
                 except asyncio.CancelledError:
                     if not watch.stopping:
                         raise  # a shutdown: the turn stays running, for a takeover
                     current = asyncio.current_task()
                     if current is not None:
                         current.uncancel()
-                    stopped = MessageStatus.STOPPED
-                    return await self._completed(conversation_id, message, "".join(parts), stopped)
+                    return await self._end(reply, message, Stopped("".join(parts)))
             if self._limiter is not None and message.content:
                 await self._limiter.record_output(conversation.org_id, self._model, count_tokens(message.content))
             return message
         finally:
             conversation_id_var.reset(token)
 
-    async def _answer(self, conversation: Conversation, message: Message, prompt: list[LLMMessage],
+    async def _answer(self, conversation: Conversation, reply: Reply, message: Message, prompt: list[LLMMessage],
                       parts: list[str]) -> Message:
         try:
             await self._take_budget(conversation, message, prompt)
         except RateLimited as exc:
             text = f"{USER_FACING_RATE_LIMITED} Please try again in {math.ceil(exc.retry_after_s)} s."
-            return await self._fail(conversation.id, message, "", "rate_limited", text, outcome="rate_limited")
-        return await self._stream(conversation.id, message, prompt, parts)
+            return await self._end(reply, message, Failed(Reason("rate_limited", text), ""), outcome="rate_limited")
+        return await self._stream(reply, message, prompt, parts)
 
-    async def _stream(
-        self, conversation_id: str, message: Message, prompt: list[LLMMessage], parts: list[str]
-    ) -> Message:
+    async def _stream(self, reply: Reply, message: Message, prompt: list[LLMMessage], parts: list[str]) -> Message:
         started = time.perf_counter()
         first = True
         source = self._provider.stream(prompt, options=self._options)
@@ -145,62 +155,36 @@ class DirectLLMReplier:
                         self._metrics.first_chunk_seconds.observe(time.perf_counter() - started)
                         first = False
                     parts.append(event.text)
-                    await self._publisher.emit(
-                        conversation_id, FrameType.MESSAGE_DELTA, {"message_id": message.id, "text": event.text}
-                    )
+                    await self._publisher.emit(reply.conversation_id, MessageDelta(message.id, event.text))
                 elif isinstance(event, LLMDone):
                     break
         except Exception as exc:  # the provider or the network failed: the user must see it
-            code = "llm_unavailable" if isinstance(exc, LLMError) and exc.retryable else "llm_error"
+            reason = LLM_UNAVAILABLE if isinstance(exc, LLMError) and exc.retryable else LLM_ERROR
             if not isinstance(exc, LLMError):
                 log.exception("direct reply failed", extra={"message_id": message.id})
             else:
                 log.warning("direct reply failed", extra={"message_id": message.id, "error_type": type(exc).__name__})
-            return await self._fail(conversation_id, message, "".join(parts), code, USER_FACING_LLM_ERROR)
+            return await self._end(reply, message, Failed(reason, "".join(parts)))
         finally:
             # A stop leaves the model's stream mid-answer: close its connection now, not at GC.
             aclose = getattr(source, "aclose", None)
             if aclose is not None:
                 await aclose()
+        return await self._end(reply, message, Completed("".join(parts)))
 
-        return await self._completed(conversation_id, message, "".join(parts), MessageStatus.COMPLETE)
-
-    async def _completed(
-        self, conversation_id: str, message: Message, content: str, status: MessageStatus
-    ) -> Message:
-        """End the reply ``complete``, or ``stopped`` by the user with its text so far: every client
-        is told."""
-        async with unit_of_work(self._sessionmaker) as session:
-            await MessageRepository(session).finish(message.id, content=content, status=status.value)
-        await self._publisher.emit(
-            conversation_id,
-            FrameType.MESSAGE_COMPLETED,
-            {"message_id": message.id, "content": content, "status": status.value},
-            boundary=True,
-        )
-        if status is MessageStatus.STOPPED:
+    async def _end(self, reply: Reply, message: Message, ending, *, outcome: str | None = None) -> Message:
+        """End the reply (``ReplyEnder``): complete, stopped by the user with its text so far, or an
+        error the user sees, keeping what was streamed."""
+        # Counted as decided, before its frames go out (a client that sees the end sees it counted).
+        if isinstance(ending, Stopped):
             self._metrics.replies["stopped"].inc()
             log.info("direct reply stopped by the user", extra={"message_id": message.id})
-        else:
+        elif isinstance(ending, Completed):
             self._metrics.replies["ok"].inc()
-        message.content, message.status = content, status.value
-        return message
-
-    async def _fail(
-        self, conversation_id: str, message: Message, content: str, code: str, text: str, *, outcome: str = "error",
-    ) -> Message:
-        """End the reply as an error the user sees, keeping what was streamed."""
-        async with unit_of_work(self._sessionmaker) as session:
-            await MessageRepository(session).finish(message.id, content=content, status=MessageStatus.ERROR.value)
-        await self._publisher.emit(
-            conversation_id,
-            FrameType.MESSAGE_ERROR,
-            # A direct reply that failed may be asked for again (Retry); a rate limit after its wait.
-            {"message_id": message.id, "code": code, "text": text, "content": content, "retryable": True},
-            boundary=True,
-        )
-        self._metrics.replies[outcome].inc()
-        message.content, message.status = content, MessageStatus.ERROR.value
+        else:
+            self._metrics.replies[outcome or "error"].inc()
+        ended = await self._replies.end(reply, ending)
+        message.content, message.status = ended.content, status_of(ended).value
         return message
 
     async def _take_budget(self, conversation: Conversation, message: Message, prompt: list[LLMMessage]) -> None:
@@ -211,10 +195,8 @@ class DirectLLMReplier:
 
         async def on_wait(wait: Wait) -> None:
             until = utcnow() + timedelta(seconds=wait.wait_s)
-            await self._publisher.emit(conversation.id, FrameType.AGENT_WAITING, {
-                "message_id": message.id, "reason": wait.reason, "wait_s": wait.wait_s,
-                "limit": wait.dimension.value, "until": until.isoformat(),
-            })
+            await self._publisher.emit(conversation.id, AgentWaiting(
+                message.id, wait.reason, wait.wait_s, wait.dimension.value, until.isoformat()))
 
         async def input_tokens() -> int:
             return await asyncio.to_thread(count_messages_tokens, [(m.role, m.content) for m in prompt])

@@ -19,7 +19,7 @@ from conversation_service.db.models import AgentSessionStatus, PendingInteractio
 from conversation_service.db.repository import unit_of_work
 from conversation_service.interactions.repository import InteractionRepository
 from conversation_service.metrics import AgentMetrics
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import Notice
 from conversation_service.realtime.publisher import FramePublisher
 from shared.protocol import utcnow
 
@@ -47,8 +47,7 @@ class QuestionExpiry:
         for q in expired:
             self._metrics.questions["expired"].inc()
             await self._publisher.emit(
-                q.conversation_id, FrameType.NOTICE,
-                {"code": "agent_question_expired", "text": QUESTION_EXPIRED_NOTICE, "question_id": q.question_id},
+                q.conversation_id, Notice("agent_question_expired", QUESTION_EXPIRED_NOTICE, q.question_id),
                 boundary=True,
             )
         return [q.question_id for q in expired]

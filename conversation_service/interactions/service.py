@@ -25,7 +25,7 @@ from conversation_service.interactions.schemas import AgentAnswerAccepted, Agent
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import message_frame_data
 from conversation_service.metrics import AgentMetrics
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import MessageCreated
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.turns.leases import TurnLeases
 from shared.protocol import Answer, utcnow
@@ -81,7 +81,7 @@ class AnswerService:
                 raise Conflict({"message": "this question was answered already", "question_id": question.question_id})
             await ConversationRepository(session).touch(conversation.id)
             await self._leases.open(session, message.id, conversation.id)
-        await self._publisher.emit(conversation.id, FrameType.MESSAGE_CREATED, message_frame_data(message))
+        await self._publisher.emit(conversation.id, MessageCreated(message_frame_data(message)))
         self._metrics.questions["answered"].inc()
         answer = Answer(question_id=question.question_id, text=text, approved=body.approved)
         self._agent.resume(conversation, message, answer, reason="agent_answer")

@@ -4,7 +4,7 @@ from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 
-from conversation_service.db.models import Message, MessageStatus
+from conversation_service.db.models import Message, MessageRole, MessageStatus
 from conversation_service.db.repository import Repository
 
 # The messages a prompt's history is made of: the finished ones, and a reply the user stopped, whose
@@ -71,6 +71,31 @@ class MessageRepository(Repository):
         if agent_metadata is not None:
             values["agent_metadata"] = agent_metadata
         await self.session.execute(update(Message).where(Message.id == message_id).values(**values))
+
+    async def end_reply(
+        self, message_id: str, *, conversation_id: str, content: str, status: str,
+        agent_metadata: dict[str, Any] | None, new_metadata: dict[str, Any], agent_session_id: str | None = None,
+    ) -> Message | None:
+        """Store a reply's end (``agent_metadata`` None: its metadata stays as it is). The assistant
+        message is created, with ``new_metadata``, when it is not there yet (its start was never
+        written: the replica died first, or the reply failed before it opened). Returns the message
+        when it was created."""
+        values: dict[str, Any] = {"content": content, "status": status}
+        if agent_metadata is not None:
+            values["agent_metadata"] = agent_metadata
+        ended = await self.session.execute(update(Message).where(Message.id == message_id).values(**values))
+        if ended.rowcount:
+            return None
+        return await self.create(
+            id=message_id, conversation_id=conversation_id, role=MessageRole.ASSISTANT.value, content=content,
+            status=status, agent_session_id=agent_session_id, agent_metadata=agent_metadata or new_metadata,
+        )
+
+    async def open_reply(self, message: Message) -> None:
+        """A reply's message as it starts (streaming), unless it is there already."""
+        if await self.get(message.id) is None:
+            self.session.add(message)
+            await self.session.flush()
 
     async def set_agent_metadata(self, message_id: str, agent_metadata: dict[str, Any]) -> None:
         await self.session.execute(update(Message).where(Message.id == message_id).values(agent_metadata=agent_metadata))

@@ -21,7 +21,7 @@ from conversation_service.errors import InvalidInput, NotFound, PayloadTooLarge
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import MessageAccepted, RouteOut, message_frame_data
 from conversation_service.metrics import MessageMetrics
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import AgentWaiting, MessageCreated, Notice
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.routing.schemas import RouteDecision
 from conversation_service.tasks import TaskSupervisor
@@ -88,7 +88,7 @@ class MessageService:
             return stored
         conversation, message = stored
         # Committed before any reply work starts, so the reply's history read includes it.
-        await self._publisher.emit(conversation_id, FrameType.MESSAGE_CREATED, message_frame_data(message))
+        await self._publisher.emit(conversation_id, MessageCreated(message_frame_data(message)))
         route = await self.reply_to(conversation, message, place)
         self._metrics.posted[route["target"]].inc()
         log.info("message accepted", extra={"message_id": message.id, "route_target": route["target"],
@@ -155,10 +155,8 @@ class MessageService:
         except Exception:
             # The message is accepted: it must end in something the user sees, never silence.
             log.exception("reply dispatch failed", extra={"message_id": message.id})
-            await self._publisher.emit(
-                conversation.id, FrameType.NOTICE,
-                {"code": "dispatch_failed", "text": "Your message was saved but could not be answered. Please retry."},
-            )
+            await self._publisher.emit(conversation.id, Notice(
+                "dispatch_failed", "Your message was saved but could not be answered. Please retry."))
             await self._leases.finish(message.id)
             return {"target": "none", "reason": "dispatch_failed"}
 
@@ -169,7 +167,7 @@ class MessageService:
 
     async def _when_admitted(self, conversation: Conversation, message: Message, place: Slot) -> None:
         async def show(data: dict) -> None:
-            await self._publisher.emit(conversation.id, FrameType.AGENT_WAITING, {"message_id": message.id, **data})
+            await self._publisher.emit(conversation.id, AgentWaiting(message_id=message.id, **data))
 
         try:
             await place.wait(capacity_wait(show))

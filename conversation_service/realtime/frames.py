@@ -8,7 +8,7 @@ know. Control frames (``pong``, ``ack``, ``error``) answer one client only and c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -34,6 +34,177 @@ class FrameType:
     NOTICE = "notice"
     # The owner deleted the conversation: its other open pages close it.
     CONVERSATION_DELETED = "conversation.deleted"
+
+
+class FrameData:
+    """The ``data`` of one frame type: each subclass is one type (``TYPE``), its fields the keys its
+    data has, so a field cannot be misspelt at one of the places that send it; the page's reading of
+    them is checked against these classes (tests/unit/conversation_service/realtime)."""
+
+    __slots__ = ()
+    TYPE: ClassVar[str]
+
+    def data(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class MessageCreated(FrameData):
+    """A message as the API shows it (``MessageOut``), user's or assistant's."""
+
+    TYPE: ClassVar[str] = FrameType.MESSAGE_CREATED
+    message: dict[str, Any]
+
+    def data(self) -> dict[str, Any]:
+        return self.message
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDelta(FrameData):
+    """More text of a streaming reply. ``offset``: where it starts in the message (agent replies: a
+    chunk sent again after a takeover replaces rather than repeats); absent on direct replies."""
+
+    TYPE: ClassVar[str] = FrameType.MESSAGE_DELTA
+    message_id: str
+    text: str
+    offset: int | None = None
+
+    def data(self) -> dict[str, Any]:
+        if self.offset is None:
+            return {"message_id": self.message_id, "text": self.text}
+        return {"message_id": self.message_id, "text": self.text, "offset": self.offset}
+
+
+@dataclass(frozen=True, slots=True)
+class MessageCompleted(FrameData):
+    """A reply's end with its whole text; ``status`` complete, or stopped (the user stopped it)."""
+
+    TYPE: ClassVar[str] = FrameType.MESSAGE_COMPLETED
+    message_id: str
+    content: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class MessageError(FrameData):
+    """A reply's end without its answer: why (``code`` for programs, ``text`` for the user), the text
+    it had, and whether asking again may help."""
+
+    TYPE: ClassVar[str] = FrameType.MESSAGE_ERROR
+    message_id: str
+    code: str
+    text: str
+    content: str
+    retryable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReplaced(FrameData):
+    TYPE: ClassVar[str] = FrameType.MESSAGE_REPLACED
+    message_id: str
+    in_reply_to: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentThinking(FrameData):
+    TYPE: ClassVar[str] = FrameType.AGENT_THINKING
+    message_id: str
+    text: str
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class AgentToolStart(FrameData):
+    TYPE: ClassVar[str] = FrameType.AGENT_TOOL_START
+    message_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentToolEnd(FrameData):
+    TYPE: ClassVar[str] = FrameType.AGENT_TOOL_END
+    message_id: str
+    call_id: str
+    tool: str | None
+    ok: bool
+    duration_ms: float
+    error: str | None
+    result_preview: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentWaiting(FrameData):
+    """The reply waits (a rate limit, or the service's capacity): why, for how long, until when."""
+
+    TYPE: ClassVar[str] = FrameType.AGENT_WAITING
+    message_id: str
+    reason: str
+    wait_s: float
+    limit: str | None
+    until: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAskUser(FrameData):
+    TYPE: ClassVar[str] = FrameType.AGENT_ASK_USER
+    message_id: str
+    question_id: str
+    question: str
+    kind: str
+    expires_at: str
+    tool: str | None
+    args: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentComplete(FrameData):
+    TYPE: ClassVar[str] = FrameType.AGENT_COMPLETE
+    message_id: str
+    agent_session_id: str
+    usage: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentError(FrameData):
+    TYPE: ClassVar[str] = FrameType.AGENT_ERROR
+    message_id: str
+    code: str
+    message: str
+    retryable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Notice(FrameData):
+    """Something the user should know that is not a message (a fallback, an expired question...).
+    ``question_id``: the question it is about, when it is about one."""
+
+    TYPE: ClassVar[str] = FrameType.NOTICE
+    code: str
+    text: str
+    question_id: str | None = None
+
+    def data(self) -> dict[str, Any]:
+        if self.question_id is None:
+            return {"code": self.code, "text": self.text}
+        return {"code": self.code, "text": self.text, "question_id": self.question_id}
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationDeleted(FrameData):
+    TYPE: ClassVar[str] = FrameType.CONVERSATION_DELETED
+    conversation_id: str
+
+
+# Every frame type's data class, by type.
+FRAME_DATA: dict[str, type[FrameData]] = {
+    cls.TYPE: cls for cls in (
+        MessageCreated, MessageDelta, MessageCompleted, MessageError, MessageReplaced, AgentThinking,
+        AgentToolStart, AgentToolEnd, AgentWaiting, AgentAskUser, AgentComplete, AgentError, Notice,
+        ConversationDeleted,
+    )
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,9 @@ normally see seqs in order; across replicas the client's gap check restores the 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from conversation_service.metrics import FrameMetrics
-from conversation_service.realtime.frames import Frame, TurnProgress
+from conversation_service.realtime.frames import Frame, FrameData, TurnProgress
 from conversation_service.realtime.hub import Hub
 from conversation_service.realtime.seq import SeqAllocator
 from conversation_service.realtime.writer import FrameWriter
@@ -27,15 +26,15 @@ class FramePublisher:
         self._locks = KeyedLock()
 
     async def emit(
-        self, conversation_id: str, type: str, data: dict[str, Any], *, boundary: bool = False,
-        progress: TurnProgress | None = None,
+        self, conversation_id: str, data: FrameData, *, boundary: bool = False, progress: TurnProgress | None = None,
     ) -> Frame:
-        """Publish one frame. ``boundary=True`` (a message completed) commits it without waiting
-        for the group-commit window; ``progress`` is stored with it (``TurnProgress``)."""
+        """Publish one frame of ``data``'s type. ``boundary=True`` (a message completed) commits it
+        without waiting for the group-commit window; ``progress`` is stored with it (``TurnProgress``)."""
         started = time.perf_counter()
+        type = data.TYPE
         async with self._locks(conversation_id):
             frame = Frame(type=type, seq=await self._seq.next(conversation_id), conversation_id=conversation_id,
-                          data=data, progress=progress)
+                          data=data.data(), progress=progress)
             await self._writer.enqueue(frame)
             await self._hub.publish(frame)
         if boundary:
@@ -43,3 +42,8 @@ class FramePublisher:
         self._metrics.published[type].inc()
         self._metrics.emit_seconds.observe(time.perf_counter() - started)
         return frame
+
+    async def durable(self, conversation_id: str, since_seq: int) -> bool:
+        """Wait until every frame published so far is stored or given up; False when a frame of
+        ``conversation_id`` from ``since_seq`` on was given up (the database stayed away too long)."""
+        return await self._writer.durable(conversation_id, since_seq)

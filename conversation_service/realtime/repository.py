@@ -139,13 +139,31 @@ class SeqReservationRepository(Repository):
         # No such conversation: its frames cannot be stored either (foreign key); count in memory.
         return int(reserved) if reserved is not None else above + block
 
-    async def cover(self, conversation_id: str, seq: int, *, block: int) -> int:
+    async def cover(self, conversation_id: str, seq: int, *, block: int) -> tuple[int, int]:
+        """Raise the reservation to ``seq + block`` when below ``seq``; the reservation and the
+        highest seq handed out without Redis (``seq_without_redis``), as they are now."""
         await self.session.execute(
             update(Conversation).where(Conversation.id == conversation_id, Conversation.seq_reserved < seq)
             .values(seq_reserved=seq + block)
         )
-        reserved = await self.reserved(conversation_id)
-        return reserved if reserved >= seq else seq + block
+        row = (await self.session.execute(
+            select(Conversation.seq_reserved, Conversation.seq_without_redis).where(Conversation.id == conversation_id)
+        )).one_or_none()
+        if row is None:  # no such conversation: its frames cannot be stored either (foreign key)
+            return seq + block, 0
+        return max(int(row[0]), seq), int(row[1])
+
+    async def take_without_redis(self, conversation_id: str) -> int:
+        """The next seq straight from the reservation, recorded as handed out without Redis."""
+        result = await self.session.execute(
+            update(Conversation).where(Conversation.id == conversation_id)
+            .values(seq_reserved=Conversation.seq_reserved + 1, seq_without_redis=Conversation.seq_reserved + 1)
+            .returning(Conversation.seq_reserved)
+        )
+        taken = result.scalar_one_or_none()
+        if taken is None:
+            raise LookupError(f"no conversation {conversation_id}")
+        return int(taken)
 
     async def reserved(self, conversation_id: str) -> int:
         result = await self.session.execute(

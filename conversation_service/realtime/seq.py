@@ -13,7 +13,10 @@ before any seq beyond it is handed out:
   hands the unused part of its blocks back, so a clean restart leaves no hole.
 - ``RedisSeqAllocator`` (several replicas) shares one counter with ``INCR``; a replica raises the
   reservation before it hands out a seq beyond what it knows is reserved, and a missing key (first
-  use, or Redis lost it) starts from the reservation, not from the last persisted frame.
+  use, or Redis lost it) starts from the reservation, not from the last persisted frame. Redis
+  only accelerates: while it is away each seq is taken from the reservation itself (one UPDATE per
+  frame, recorded as ``seq_without_redis``), and a counter that lags those (Redis restarted, or a
+  replica that could still reach it) is raised above them before it hands out another seq.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from shared.keyed_lock import KeyedLock
+from shared.redis_client import REDIS_UNAVAILABLE, Absence, connect
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +44,12 @@ class Reservations(Protocol):
     async def take_block(self, conversation_id: str, *, above: int, block: int) -> int:
         """Raise the reservation to ``max(reserved, above) + block``; return it."""
 
-    async def cover(self, conversation_id: str, seq: int, *, block: int) -> int:
-        """Make the reservation at least ``seq`` (raised to ``seq + block`` when below); return it."""
+    async def cover(self, conversation_id: str, seq: int, *, block: int) -> tuple[int, int]:
+        """Make the reservation at least ``seq`` (raised to ``seq + block`` when below); return it and
+        the highest seq handed out without Redis."""
+
+    async def take_without_redis(self, conversation_id: str) -> int:
+        """The next seq straight from the reservation (Redis is away)."""
 
     async def reserved(self, conversation_id: str) -> int: ...
 
@@ -153,10 +161,13 @@ class InProcessSeqAllocator(SeqAllocator):
             await self._reservations.release(unused)
 
 
-# INCR only an existing key: a missing key must be initialised from the reservation first, or a
-# fresh counter would hand out seqs that clients have seen already.
-_INCR_EXISTING = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+# INCR only an existing key, raised first to ARGV[1] (the highest seq known to be handed out without
+# Redis) when it lags it: a missing key must be initialised from the reservation first, or a fresh
+# counter would hand out seqs that clients have seen already.
+_NEXT = """
+local current = redis.call('GET', KEYS[1])
+if not current then return false end
+if tonumber(current) < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
 return redis.call('INCR', KEYS[1])
 """
 
@@ -166,42 +177,73 @@ class RedisSeqAllocator(SeqAllocator):
         self, redis_url: str, key_prefix: str, floor: FloorLoader, reservations: Reservations, *,
         block: int = 100, max_conversations: int = 10_000,
     ) -> None:
-        import redis.asyncio as aioredis
-
-        self._redis = aioredis.from_url(redis_url)
+        self._redis = connect(redis_url)
         self._prefix = key_prefix
         self._floor = floor
         self._reservations = reservations
         self._block_size = block
         self._max = max_conversations
-        # What this replica last saw reserved, per conversation (a lower bound of the truth).
+        # What this replica last saw reserved, per conversation (a lower bound of the truth), and the
+        # highest seq it knows was handed out without Redis.
         self._known: OrderedDict[str, int] = OrderedDict()
-        self._incr = self._redis.register_script(_INCR_EXISTING)
+        self._without_redis: OrderedDict[str, int] = OrderedDict()
+        self._next = self._redis.register_script(_NEXT)
+        self.absence = Absence("frame seqs")
 
     def _key(self, conversation_id: str) -> str:
         return f"{self._prefix}:seq:{conversation_id}"
 
     async def next(self, conversation_id: str) -> int:
-        key = self._key(conversation_id)
-        value = await self._incr(keys=[key])
-        if value is None:
-            await self._redis.set(key, await self._reservations.reserved(conversation_id), nx=True)
-            value = await self._redis.incr(key)
-        value = int(value)
-        if value > self._known.get(conversation_id, 0):
-            # Durable before anyone can see it: a Redis that loses the key restarts above it.
-            reserved = await self._reservations.cover(conversation_id, value, block=self._block_size)
-            self._known[conversation_id] = max(reserved, self._known.get(conversation_id, 0))
-        self._known.move_to_end(conversation_id)
-        while len(self._known) > self._max:
-            self._known.popitem(last=False)
+        if not self.absence.skip():
+            try:
+                value = await self._next_shared(conversation_id)
+                self.absence.succeeded()
+                return value
+            except REDIS_UNAVAILABLE as exc:
+                self.absence.failed(exc)
+        # Redis is away: straight from the durable reservation.
+        value = await self._reservations.take_without_redis(conversation_id)
+        _remember(self._without_redis, conversation_id, value, self._max)
         return value
 
+    async def _next_shared(self, conversation_id: str) -> int:
+        key = self._key(conversation_id)
+        while True:
+            value = await self._next(keys=[key], args=[self._without_redis.get(conversation_id, 0)])
+            if value is None:
+                await self._redis.set(key, await self._reservations.reserved(conversation_id), nx=True)
+                continue
+            value = int(value)
+            if value <= self._known.get(conversation_id, 0):
+                _remember(self._known, conversation_id, self._known[conversation_id], self._max)
+                return value
+            # Durable before anyone can see it: a Redis that loses the key restarts above it.
+            reserved, without_redis = await self._reservations.cover(conversation_id, value, block=self._block_size)
+            if value <= without_redis:
+                # The counter lags seqs a replica handed out while Redis was away: raised, and again.
+                _remember(self._without_redis, conversation_id, without_redis, self._max)
+                continue
+            _remember(self._known, conversation_id, reserved, self._max)
+            return value
+
     async def current(self, conversation_id: str) -> int:
-        value = await self._redis.get(self._key(conversation_id))
-        if value is None:
-            return await self._floor(conversation_id)
-        return int(value)
+        if not self.absence.skip():
+            try:
+                value = await self._redis.get(self._key(conversation_id))
+                self.absence.succeeded()
+                if value is not None:
+                    return int(value)
+            except REDIS_UNAVAILABLE as exc:
+                self.absence.failed(exc)
+        return await self._floor(conversation_id)
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+def _remember(known: OrderedDict[str, int], conversation_id: str, value: int, limit: int) -> None:
+    """Keep the highest ``value`` per conversation, the most recently used ``limit`` of them."""
+    known[conversation_id] = max(value, known.get(conversation_id, 0))
+    known.move_to_end(conversation_id)
+    while len(known) > limit:
+        known.popitem(last=False)

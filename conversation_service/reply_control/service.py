@@ -30,7 +30,7 @@ from conversation_service.errors import Conflict, NotFound, Unavailable
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import RouteOut
 from conversation_service.messages.service import MessageService
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import MessageReplaced
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.reply_control.schemas import RegenerateAccepted, StopAccepted
 from conversation_service.turns.leases import TurnLeases
@@ -123,7 +123,7 @@ class ReplyControl:
             user_message.agent_metadata = {**metadata, "attempt": int(metadata.get("attempt", 0)) + 1}
             await messages.set_agent_metadata(user_message.id, user_message.agent_metadata)
         await self._publisher.emit(
-            conversation_id, FrameType.MESSAGE_REPLACED, {"message_id": message.id, "in_reply_to": user_message.id},
+            conversation_id, MessageReplaced(message.id, user_message.id),
         )
         route = await self._messages.reply_to(conversation, user_message, place)
         log.info("reply regenerated", extra={"message_id": message.id, "route_target": route["target"]})

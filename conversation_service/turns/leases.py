@@ -23,6 +23,7 @@ from conversation_service.db.models import utcnow
 from conversation_service.db.repository import unit_of_work
 from conversation_service.turns.repository import TurnRepository
 from conversation_service.turns.stops import ReplyStops
+from shared.transactions import Transactions
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,10 @@ class TurnLeases:
 
     def __init__(
         self, sessionmaker: async_sessionmaker, *, lease_s: float, replica_id: str | None = None,
-        keeper_sessionmaker: async_sessionmaker | None = None,
+        keeper_sessionmaker: async_sessionmaker | None = None, write_budget_s: float = 30.0,
     ) -> None:
         self._sessionmaker = sessionmaker
+        self._tx = Transactions(sessionmaker, budget_s=write_budget_s)
         self._keeper_sessionmaker = keeper_sessionmaker or sessionmaker
         self.lease = timedelta(seconds=lease_s)
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:12]}"
@@ -78,19 +80,20 @@ class TurnLeases:
         return await turns.reopen(turn_id, owner_id=self.replica_id, lease_expires_at=self.expires_at())
 
     async def hold(self, turn_id: str, reply: Coroutine[Any, Any, T]) -> T:
-        """Run ``reply`` as the turn's owner; the turn is done once it returns or fails (a failure
-        has told the user already). Cancelled (shutdown), or ``TurnLeftRunning``: the turn stays
-        running, for a takeover."""
+        """Run ``reply`` as the turn's owner; the turn is done once it returns, which it does only
+        once the reply's end is stored and shown (``replies.ender``). Anything else leaves the turn
+        running: cancelled (a shutdown hands it over), or failed (``TurnLeftRunning``, or a fault
+        that got no end to the user), it is given up here for a sweep, this replica's too, to end."""
         self.held.add(turn_id)
         try:
             result = await reply
         except asyncio.CancelledError:
             raise
-        except TurnLeftRunning:
-            self.abandoned.add(turn_id)
-            raise
-        except BaseException:
-            await self.finish(turn_id)
+        except BaseException as error:
+            self.give_up(turn_id)
+            if not isinstance(error, TurnLeftRunning):
+                log.error("a reply failed without an end; its turn is left to the lease sweep",
+                          exc_info=error, extra={"turn_id": turn_id})
             raise
         else:
             await self.finish(turn_id)
@@ -98,10 +101,24 @@ class TurnLeases:
         finally:
             self.held.discard(turn_id)
 
-    async def finish(self, turn_id: str) -> None:
+    def give_up(self, turn_id: str) -> None:
+        """Stop renewing the turn here and let this replica's sweep take it over once its lease runs out."""
         self.held.discard(turn_id)
-        async with unit_of_work(self._sessionmaker) as session:
+        self.abandoned.add(turn_id)
+
+    async def finish(self, turn_id: str) -> None:
+        """Mark the turn done (retried while the database is away; when it cannot be, the turn's lease
+        runs out and a sweep finds its reply ended and settles it)."""
+        self.held.discard(turn_id)
+
+        async def write(session: AsyncSession) -> None:
             await TurnRepository(session).finish(turn_id)
+
+        try:
+            await self._tx.run(write)
+        except Exception:
+            self.abandoned.add(turn_id)
+            log.exception("could not mark a turn done; the lease sweep settles it", extra={"turn_id": turn_id})
 
     async def request_stop(self, turn_id: str) -> bool:
         """Store the user's stop of a running turn (any replica sees it); False when it is not running."""

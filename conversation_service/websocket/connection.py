@@ -30,6 +30,7 @@ from conversation_service.realtime.frames import Frame
 from conversation_service.realtime.repository import FrameRepository
 from conversation_service.realtime.writer import FrameWriter
 from shared.fastpath.handoff import Handoff
+from shared.transactions import is_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ _REPLAY_BATCH = 500
 # First in every client's queue: holds the live frames back until ``start`` (the handshake is done
 # and, on a resume, the replay goes out before them).
 _START = object()
+# Catch up from the database: the hub may have missed frames (Redis away).
+_REFILL = object()
 
 
 class ClientConnection:
@@ -65,6 +68,7 @@ class ClientConnection:
             self._send_batch, maxsize=queue_size, name=f"ws-send:{conversation_id}",
             on_error=lambda _exc: self.send_failed.set(),
         )
+        self._refill_queued = False
         self._outbox.offer(_START)
 
     @property
@@ -83,6 +87,13 @@ class ClientConnection:
         # The stamps in effect now are this frame's: by the time a queued frame is sent, they are not.
         self._offer((frame, agent_events_in_hand()))
 
+    def refill(self) -> None:
+        """Send the stored frames after the last one sent, in order with the live ones (the hub may have
+        missed frames of this conversation while Redis was away). One refill waits at a time."""
+        if not self._refill_queued:
+            self._refill_queued = True
+            self._offer(_REFILL)
+
     def send_control(self, frame: dict[str, Any]) -> None:
         """A frame for this client only (pong, ack, error): no seq, same ordered send path."""
         self._offer(frame)
@@ -91,7 +102,7 @@ class ClientConnection:
         """Stop sending; frames still queued are dropped (a resume gets them from the database)."""
         self._outbox.close()
 
-    def _offer(self, item: tuple[Frame, tuple[float, ...] | None] | dict[str, Any]) -> None:
+    def _offer(self, item: tuple[Frame, tuple[float, ...] | None] | dict[str, Any] | object) -> None:
         outbox = self._outbox
         if outbox.offer(item) or outbox.closed or outbox.error is not None:
             return
@@ -116,6 +127,10 @@ class ClientConnection:
             elif item is _START:
                 await self._write_out()
                 await self.catch_up(await self._replay_to)
+            elif item is _REFILL:
+                self._refill_queued = False
+                await self._write_out()
+                await self._refill()
             else:
                 await self._write_out()
                 await self.ws.send_text(orjson.dumps(item).decode())
@@ -155,6 +170,22 @@ class ClientConnection:
         async with unit_of_work(self._sessionmaker) as session:
             frames = await FrameRepository(session).list_after(self.conversation_id, after, limit=_REPLAY_BATCH)
         return [f for f in frames if upto is None or f.seq <= upto]
+
+    async def _refill(self) -> None:
+        try:
+            while True:
+                frames = await self._read_db(self.last_sent)
+                for frame in frames:
+                    if frame.seq > self.last_sent:
+                        self._take(frame)
+                await self._write_out()
+                if len(frames) < _REPLAY_BATCH:
+                    return
+        except Exception as exc:  # the database away too: the next refill tries again
+            if is_unavailable(exc):
+                log.warning("refill from the database failed", extra={"error_type": type(exc).__name__})
+                return
+            raise
 
     async def catch_up(self, target: int) -> None:
         """Send persisted frames after ``last_sent`` up to ``target``, waiting (bounded) for frames

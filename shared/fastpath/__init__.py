@@ -14,6 +14,7 @@ benchmark showed it pays (figures in docs/benchmarks.md and docs/benchmarks-hist
 | ``prevalidated`` | a pydantic model built from values already of its fields' types, without a second validation | the Agent Service's live event envelopes |
 | ``aiohttp_transport`` | ``AiohttpTransport``: httpx's API on aiohttp's pool and C parser (a token per chunk costs a third of the CPU of httpx's own transport) | the OpenAI-compatible provider's client; the ConversationService's Agent Service client |
 | ``process`` | ``tune_process``: shorter GIL turns for database driver threads, the start-up heap frozen out of GC | each service's ``__main__`` |
+| ``deferred`` | ``DeferredWrite``: a write a reply needs, started once the reply's first frame is out; every later write of the reply waits for it | the ConversationService's record of an agent turn's start (its message row, the session's correlation) |
 
 The services' own overlaps of set-up with the model's time to first token (the Agent Service's early
 model start, the ConversationService's claim read ahead) are business decisions about what may be

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from shared.rate_limit.config import Dimension
+from shared.redis_client import REDIS_UNAVAILABLE, Absence, connect
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,18 +158,32 @@ return 0
 
 
 class RedisWindow:
-    def __init__(self, redis_url: str, prefix: str) -> None:
-        from redis.asyncio import Redis
+    """The counts in Redis, shared by every replica of both services. While Redis is away (a restart)
+    this process counts alone in memory (``MemoryWindow``): the limits hold per process for that
+    while, and model calls go on rather than fail."""
 
-        self._redis = Redis.from_url(redis_url)
+    def __init__(self, redis_url: str, prefix: str) -> None:
+        self._redis = connect(redis_url)
         self._prefix = prefix
         self._reserve = self._redis.register_script(_RESERVE)
         self._record = self._redis.register_script(_RECORD)
+        self._alone = MemoryWindow()
+        self.absence = Absence("rate limits")
 
     def _key(self, key: str, dimension: Dimension) -> str:
         return f"{self._prefix}:{key}:{dimension.value}"
 
     async def reserve(self, key: str, charges: Sequence[Charge], window_s: float) -> Shortfall | None:
+        if not self.absence.skip():
+            try:
+                shortfall = await self._reserve_shared(key, charges, window_s)
+                self.absence.succeeded()
+                return shortfall
+            except REDIS_UNAVAILABLE as exc:
+                self.absence.failed(exc)
+        return await self._alone.reserve(key, charges, window_s)
+
+    async def _reserve_shared(self, key: str, charges: Sequence[Charge], window_s: float) -> Shortfall | None:
         args: list[int | str] = [int(window_s * 1000), uuid.uuid4().hex]
         for charge in charges:
             args += [charge.limit, charge.need, charge.add]
@@ -178,8 +193,17 @@ class RedisWindow:
         return Shortfall(charges[int(result[1]) - 1].dimension, int(result[0]) / 1000)
 
     async def record(self, key: str, dimension: Dimension, amount: int, window_s: float) -> None:
-        if amount > 0:
-            await self._record(keys=[self._key(key, dimension)], args=[int(window_s * 1000), uuid.uuid4().hex, amount])
+        if amount <= 0:
+            return
+        if not self.absence.skip():
+            try:
+                await self._record(keys=[self._key(key, dimension)],
+                                   args=[int(window_s * 1000), uuid.uuid4().hex, amount])
+                self.absence.succeeded()
+                return
+            except REDIS_UNAVAILABLE as exc:
+                self.absence.failed(exc)
+        await self._alone.record(key, dimension, amount, window_s)
 
     async def aclose(self) -> None:
         await self._redis.aclose()

@@ -16,6 +16,8 @@ import httpx
 import websockets
 
 from conversation_service.auth.tokens import issue_token
+from shared.protocol import EventEnvelope
+from shared.sse import SSEDecoder, decode_envelope
 from tests.support.servers import ServiceProcess
 
 SECRET = "chaos-secret-for-the-conversation-service-0123456789"
@@ -31,11 +33,11 @@ def headers(user: str = "alice") -> dict[str, str]:
     return {"Authorization": f"Bearer {issue_token(SECRET, user, 'acme', ttl_s=3600)}"}
 
 
-def agent_process(database_url: str, tmp_path: Path) -> ServiceProcess:
+def agent_process(database_url: str, tmp_path: Path, **extra: str) -> ServiceProcess:
     (tmp_path / "no-docs").mkdir(exist_ok=True)
     return ServiceProcess("agent_service", {
         **PACE, "AGENT_SERVICE_DATABASE_URL": database_url, "AGENT_SERVICE_API_KEYS": AGENT_KEY,
-        "AGENT_SERVICE_MIGRATE_ON_START": "true", "AGENT_SERVICE_KNOWLEDGE_DIR": str(tmp_path / "no-docs"),
+        "AGENT_SERVICE_MIGRATE_ON_START": "true", "AGENT_SERVICE_KNOWLEDGE_DIR": str(tmp_path / "no-docs"), **extra,
     })
 
 
@@ -67,6 +69,31 @@ async def stored_messages(base: str, cid: str) -> list[dict[str, Any]]:
         assert r.status_code == 200, r.text
         body = r.json()
         return body["items"] if isinstance(body, dict) else body
+
+
+async def agent_session_of(base: str, cid: str) -> str:
+    """The Agent Service session the conversation's agent turns run in."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        r = await http.get(f"{base}/conversations/{cid}/agent-session", headers=headers())
+        assert r.status_code == 200, r.text
+        session_id = r.json()["agent_session_id"]
+        assert session_id, r.json()
+        return session_id
+
+
+async def replay_agent_log(agent_url: str, session_id: str, api_key: str) -> list[EventEnvelope]:
+    """Every event of the session's durable log, read with ``Last-Event-ID: 0`` up to its terminal event."""
+    decoder, events = SSEDecoder(), []
+    headers_ = {"X-API-Key": api_key, "Last-Event-ID": "0"}
+    url = f"{agent_url}/api/v1/agent/sessions/{session_id}/events"
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http, http.stream("GET", url, headers=headers_) as resp:
+        assert resp.status_code == 200, await resp.aread()
+        async for chunk in resp.aiter_bytes():
+            for sse in decoder.feed(chunk):
+                events.append(decode_envelope(sse))
+                if events[-1].is_terminal:
+                    return events
+    return events
 
 
 @dataclass

@@ -5,14 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
+from typing import ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.async_api import Page, Route, expect
 
+from conversation_service.realtime.frames import FrameData, Notice
 from tests.e2e.support import SocketGate, assistant_after, chat_stack, screen_messages, wait_until
 
 pytestmark = pytest.mark.browser
+
+
+@dataclass(frozen=True, slots=True)
+class PlanUpdated(FrameData):
+    """A frame type of a later server version, which this page does not know."""
+
+    TYPE: ClassVar[str] = "agent.plan_updated"
+    message_id: str
+    text: str
 
 
 def after_seq_of(url: str) -> int:
@@ -87,12 +99,8 @@ async def test_unknown_frames_are_ignored_and_notices_show_as_a_banner(page: Pag
         before = await screen_messages(page)
 
         # A frame type this page does not know (added by a later server version), then a notice.
-        await stack.state.realtime.publisher.emit(
-            cid, "agent.plan_updated", {"message_id": before[-1][0], "text": "<b>x</b>"}
-        )
-        await stack.state.realtime.publisher.emit(
-            cid, "notice", {"code": "maintenance", "text": "<i>Maintenance</i> at noon"}
-        )
+        await stack.state.realtime.publisher.emit(cid, PlanUpdated(before[-1][0], "<b>x</b>"))
+        await stack.state.realtime.publisher.emit(cid, Notice("maintenance", "<i>Maintenance</i> at noon"))
         banner = page.locator("#banner")
         await expect(banner).to_be_visible()
         await expect(banner).to_have_attribute("data-kind", "notice")

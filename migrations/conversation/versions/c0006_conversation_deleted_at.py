@@ -21,12 +21,14 @@ branch_labels = None
 depends_on = None
 
 
+# Plain ALTER TABLE on both backends (SQLite has DROP COLUMN since 3.35): a batch operation would
+# copy and drop the conversations table on SQLite, and dropping it cascades to its messages.
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("conversations") as batch:
-        batch.add_column(sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("conversations", sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
     # Deleted conversations come back on a downgrade: the schema before c0006 cannot hide them.
-    with op.batch_alter_table("conversations") as batch:
-        batch.drop_column("deleted_at")
+    op.drop_column("conversations", "deleted_at")

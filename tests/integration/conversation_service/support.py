@@ -16,7 +16,7 @@ import websockets
 
 from conversation_service.app import create_app
 from conversation_service.auth.tokens import issue_token
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import MessageDelta
 from conversation_service.settings import ConversationSettings
 from conversation_service.websocket.protocol import server_options
 from tests.support.servers import serve_app
@@ -207,7 +207,7 @@ async def publish_until_write_waits(publisher, cid: str, fast: Reader, fast_conn
     while True:
         assert published < MAX_FRAMES, "the write to the client that does not read never blocked"
         published += 1
-        frame = await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": published, "text": FRAME_TEXT})
+        frame = await publisher.emit(cid, MessageDelta(f"n{published}", FRAME_TEXT))
         assert frame.seq == published and fast_conn.last_sent == frame.seq
         if stuck_conn.last_sent < frame.seq:
             return published

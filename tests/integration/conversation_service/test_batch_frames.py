@@ -11,7 +11,7 @@ import json
 
 import websockets
 
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import FrameType, MessageDelta
 from tests.integration.conversation_service.support import (
     auth,
     make_settings,
@@ -35,7 +35,7 @@ async def test_frames_queued_behind_a_blocked_write_go_out_in_one_batch(database
             blocked_at = await publish_until_write_waits(publisher, cid, fast, fast_conn, slow_conn)
             sent_before = sample(app, "conversation_ws_frames_sent_total")
             for n in range(blocked_at + 1, blocked_at + QUEUED + 1):
-                await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": "queued"})
+                await publisher.emit(cid, MessageDelta(f"n{n}", "queued"))
 
             # The slow client reads again: every frame before the blocked one alone, the blocked
             # one alone (its write had started), then the queued ones in one message.
@@ -44,7 +44,7 @@ async def test_frames_queued_behind_a_blocked_write_go_out_in_one_batch(database
                 while not (messages and messages[-1].get("type") == "batch"):
                     messages.append(json.loads(await slow.recv()))
             singles, batch = messages[:-1], messages[-1]
-            assert [f["data"]["n"] for f in singles] == list(range(1, blocked_at + 1))
+            assert [int(f["data"]["message_id"][1:]) for f in singles] == list(range(1, blocked_at + 1))
             assert [f["seq"] for f in batch["frames"]] == list(range(blocked_at + 1, blocked_at + QUEUED + 1))
             assert all(f["type"] == FrameType.MESSAGE_DELTA and f["conversation_id"] == cid for f in batch["frames"])
             assert slow_conn.last_sent == blocked_at + QUEUED
@@ -59,14 +59,14 @@ async def test_a_replay_goes_out_in_batches_and_live_frames_follow_each_once(dat
     async with running_with_conversation(make_settings(database_url)) as (base, app, cid):
         publisher = app.state.realtime.publisher
         for n in range(1, history + 1):
-            await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": "h"})
+            await publisher.emit(cid, MessageDelta(f"n{n}", "h"))
         await app.state.realtime.writer.flush()
         ws = await websockets.connect(ws_url(base, cid, after_seq=0, batch=True), additional_headers=auth("alice"))
         try:
             first, second = await recv_frame(ws), await recv_frame(ws)
             assert first["type"] == second["type"] == "batch"
             assert [f["seq"] for f in first["frames"] + second["frames"]] == list(range(1, history + 1))
-            live = await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": history + 1, "text": "live"})
+            live = await publisher.emit(cid, MessageDelta(f"n{history + 1}", "live"))
             assert await recv_frame(ws) == live.to_dict()
         finally:
             await ws.close()

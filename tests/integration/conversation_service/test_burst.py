@@ -15,7 +15,7 @@ import json
 import httpx
 
 from conversation_service.agent_delegation.settings import DelegationSettings
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import FrameType, MessageDelta
 from tests.integration.conversation_service.support import connect, make_settings, new_conversation, running
 
 CLIENT_QUEUE = 8
@@ -44,7 +44,7 @@ async def test_back_to_back_burst_reaches_reading_clients(database_url: str) -> 
             readers = [asyncio.create_task(_read(ws, BURST)) for ws in sockets]
             slow_before = _slow_consumers(services)
             for i in range(BURST):
-                await services.realtime.publisher.emit(conversation, FrameType.MESSAGE_DELTA, {"message_id": "m", "text": str(i)})
+                await services.realtime.publisher.emit(conversation, MessageDelta("m", str(i)))
             for frames in await asyncio.gather(*readers):
                 assert [f["data"]["text"] for f in frames] == [str(i) for i in range(BURST)]
                 seqs = [f["seq"] for f in frames]

@@ -16,7 +16,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from conversation_service.errors import WS_TRY_AGAIN_LATER
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import MessageDelta, Notice
 from conversation_service.websocket.router import SLOW_CONSUMER_REASON
 from tests.integration.conversation_service.support import (
     FRAME_TEXT,
@@ -45,13 +45,13 @@ async def test_a_frame_for_a_client_that_keeps_up_is_written_before_the_publish_
             assert await recv_frame(ws) == PONG
             # The conversation's first frame in this process reserves a block of seqs (one write,
             # realtime.seq); the frames after it, measured here, wait for nothing.
-            first = await publisher.emit(cid, FrameType.NOTICE, {"code": "warm", "text": "-"})
+            first = await publisher.emit(cid, Notice("warm", "-"))
             assert await recv_frame(ws) == first.to_dict()
             sent_before = sample(app, "conversation_ws_frames_sent_total")
             loop_passes: list[str] = []
             asyncio.get_running_loop().call_soon(loop_passes.append, "a loop pass")
 
-            frame = await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"message_id": "m", "text": "hi"})
+            frame = await publisher.emit(cid, MessageDelta("m", "hi"))
 
             # Written to the socket inside the publish, before the loop ran anything else.
             assert sample(app, "conversation_ws_frames_sent_total") == sent_before + 1
@@ -68,7 +68,7 @@ async def test_a_blocked_client_delays_no_other_and_is_cut_off_past_its_queue(da
         async with reader_and_stuck_client(base, app, cid) as (fast, slow, fast_conn, slow_conn):
 
             async def publish(n: int):
-                return await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": FRAME_TEXT})
+                return await publisher.emit(cid, MessageDelta(f"n{n}", FRAME_TEXT))
 
             published = blocked_at = await publish_until_write_waits(publisher, cid, fast, fast_conn, slow_conn)
 
@@ -96,10 +96,10 @@ async def test_a_blocked_client_delays_no_other_and_is_cut_off_past_its_queue(da
                         before_close.append(json.loads(await slow.recv()))
             assert closed.value.rcvd is not None and closed.value.rcvd.code == WS_TRY_AGAIN_LATER
             assert closed.value.rcvd.reason == SLOW_CONSUMER_REASON
-            assert [f["data"]["n"] for f in before_close] == list(range(1, blocked_at))
+            assert [int(f["data"]["message_id"][1:]) for f in before_close] == list(range(1, blocked_at))
 
             await fast.wait_for(1 + published, timeout=10)
-            assert [f["data"]["n"] for f in fast.frames[1:]] == list(range(1, published + 1))
+            assert [int(f["data"]["message_id"][1:]) for f in fast.frames[1:]] == list(range(1, published + 1))
             assert sample(app, "conversation_ws_slow_consumers_total") == 1
             assert not fast.task.done()
 
@@ -115,15 +115,15 @@ async def test_a_client_gone_while_its_write_waits_ends_alone(database_url: str,
             async with asyncio.timeout(10):
                 while sample(app, "conversation_ws_connections") > 1:
                     published += 1
-                    await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": published, "text": "after"})
+                    await publisher.emit(cid, MessageDelta(f"n{published}", "after"))
                     await fast.wait_for(1 + published, timeout=10)
 
             # The publisher and the other client carried on; nothing was logged as a failure.
             for _ in range(3):
                 published += 1
-                await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": published, "text": "after"})
+                await publisher.emit(cid, MessageDelta(f"n{published}", "after"))
             await fast.wait_for(1 + published, timeout=10)
-            assert [f["data"]["n"] for f in fast.frames[1:]] == list(range(1, published + 1))
+            assert [int(f["data"]["message_id"][1:]) for f in fast.frames[1:]] == list(range(1, published + 1))
             assert fast_conn.last_sent == published
             assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
@@ -134,16 +134,16 @@ async def test_live_frames_published_during_the_replay_follow_it_each_once(datab
     async with running_with_conversation(make_settings(database_url)) as (base, app, cid):
         publisher = app.state.realtime.publisher
         for n in range(1, history + 1):
-            await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": "h"})
+            await publisher.emit(cid, MessageDelta(f"n{n}", "h"))
         await app.state.realtime.writer.flush()
         ws = Reader(await connect(base, cid, "alice", after_seq=0))
         try:
             # The replay is under way (the handshake completed before it started); these arrive
             # while it reads the history and must come after it.
             for n in range(history + 1, history + live + 1):
-                await publisher.emit(cid, FrameType.MESSAGE_DELTA, {"n": n, "text": "live"})
+                await publisher.emit(cid, MessageDelta(f"n{n}", "live"))
             await ws.wait_for(history + live, timeout=30)
-            assert [f["data"]["n"] for f in ws.frames] == list(range(1, history + live + 1))
+            assert [int(f["data"]["message_id"][1:]) for f in ws.frames] == list(range(1, history + live + 1))
             assert [f["seq"] for f in ws.frames] == list(range(1, history + live + 1))
         finally:
             await ws.close()

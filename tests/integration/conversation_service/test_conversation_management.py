@@ -21,7 +21,7 @@ from conversation_service.db.models import (
     PendingInteraction,
 )
 from conversation_service.db.repository import unit_of_work
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import FrameType, MessageCreated, MessageDelta
 from conversation_service.realtime.repository import FrameRepository
 from shared.protocol import utcnow
 from tests.integration.conversation_service.support import (
@@ -183,13 +183,13 @@ async def test_a_streaming_message_is_listed_with_its_text_so_far(database_url: 
             reply = Message(conversation_id=cid, role=MessageRole.ASSISTANT.value, content="",
                             status=MessageStatus.STREAMING.value)
             session.add_all([older, reply])
-        await emit(cid, FrameType.MESSAGE_CREATED, {"id": reply.id, "role": "assistant", "status": "streaming"})
+        await emit(cid, MessageCreated({"id": reply.id, "role": "assistant", "status": "streaming"}))
         texts = ["Hel", "lo, ", "wor", "ld"]
         for i, text in enumerate(texts):
-            await emit(cid, FrameType.MESSAGE_DELTA, {"message_id": reply.id, "text": text})
+            await emit(cid, MessageDelta(reply.id, text))
             # Another message's deltas between them belong to that message only.
-            await emit(cid, FrameType.MESSAGE_DELTA, {"message_id": older.id, "text": f"<{i}>"})
-        last = await emit(cid, FrameType.MESSAGE_DELTA, {"message_id": reply.id, "text": "!"})
+            await emit(cid, MessageDelta(older.id, f"<{i}>"))
+        last = await emit(cid, MessageDelta(reply.id, "!"))
         await app.state.realtime.writer.flush()
 
         items = (await client.get(f"{base}/conversations/{cid}/messages", headers=auth("alice"))).json()["items"]

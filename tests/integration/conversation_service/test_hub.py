@@ -4,6 +4,8 @@ one database and one Redis."""
 from __future__ import annotations
 
 import asyncio
+import uuid
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -18,6 +20,7 @@ from tests.integration.conversation_service.support import (
     new_conversation,
     running,
 )
+from tests.support.dependencies import TcpRelay
 
 
 class Collector:
@@ -159,54 +162,92 @@ async def test_frame_of_an_earlier_release_is_still_delivered(redis_pair, redis_
 
 async def test_publish_neither_waits_nor_fails_while_redis_is_unreachable(redis_url: str) -> None:
     """Through a TCP relay to the real Redis that the test cuts: the publishing replica's clients
-    keep getting frames at once; the frames for other replicas are tried again, then counted as
-    dropped (their clients refill from the database)."""
-    import uuid
-    from urllib.parse import urlsplit
-
-    target = urlsplit(redis_url)
-    links: list[asyncio.StreamWriter] = []
-
-    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(target.hostname, target.port or 6379)
-        links.extend([writer, up_writer])
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    server = await asyncio.start_server(relay, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    keep getting frames at once; the frames for other replicas wait in the outbox while Redis is
+    away, and only those past its size are dropped (their clients refill from the database)."""
+    relay = TcpRelay(urlsplit(redis_url).port or 6379)
+    await relay.start()
     dropped: list[int] = []
-    all_dropped = asyncio.Event()
-
-    def count_dropped(n: int) -> None:
-        dropped.append(n)
-        if sum(dropped) >= 5:
-            all_dropped.set()
-
-    hub = RedisHub(f"redis://127.0.0.1:{port}{target.path}", f"test:{uuid.uuid4().hex}",
-                   retry_pauses=(0.05, 0.05), dropped=count_dropped)
+    hub = RedisHub(f"redis://127.0.0.1:{relay.port}{urlsplit(redis_url).path}", f"test:{uuid.uuid4().hex}",
+                   retry_pauses=(0.05,), dropped=dropped.append, outbox_size=2)
     await hub.start()
     try:
         own = Collector(5)
         hub.subscribe("A", own)
-        server.close()
-        for link in links:
-            link.close()
+        relay.cut()
         for seq in range(1, 6):
             async with asyncio.timeout(0.5):
                 await hub.publish(Frame("message.delta", seq, "A", {"text": str(seq)}))
         assert [f.seq for f in own.frames] == [1, 2, 3, 4, 5]
-        await asyncio.wait_for(all_dropped.wait(), 10)
-        assert sum(dropped) == 5
+        assert sum(dropped) == 3  # the outbox holds two while Redis is away
     finally:
         await hub.close()
-        await server.wait_closed()
+        await relay.close()
+    assert sum(dropped) == 5  # closing with Redis still away: the two it held are given up, counted
+
+
+class Refills(Collector):
+    """A client that the hub asks to catch up from the database (``Refillable``)."""
+
+    def __init__(self, hub: RedisHub | None = None) -> None:
+        super().__init__(expected=1)
+        self.hub = hub
+        self.refills = 0
+        self.refilled = asyncio.Event()
+        self.refilled_subscribed = asyncio.Event()  # a refill asked once the subscription was back
+
+    def refill(self) -> None:
+        self.refills += 1
+        self.refilled.set()
+        if self.hub is not None and self.hub._subscribed.is_set():
+            self.refilled_subscribed.set()
+
+
+async def test_clients_are_refilled_from_the_database_while_the_subscription_is_down(redis_url: str) -> None:
+    relay = TcpRelay(urlsplit(redis_url).port or 6379)
+    await relay.start()
+    hub = RedisHub(f"redis://127.0.0.1:{relay.port}{urlsplit(redis_url).path}", f"test:{uuid.uuid4().hex}",
+                   poll_s=0.05)
+    await hub.start()
+    try:
+        client = Refills(hub)
+        hub.subscribe("A", client)
+        relay.cut()  # the subscription breaks; nothing reaches this replica through Redis now
+        for _ in range(3):  # polled, again and again, while it is down
+            client.refilled.clear()
+            await asyncio.wait_for(client.refilled.wait(), 5)
+        assert not client.refilled_subscribed.is_set()
+        relay.restore()
+        # Back: once more for what was published meanwhile, then no more polling.
+        await asyncio.wait_for(client.refilled_subscribed.wait(), 10)
+        settled = client.refills
+        await asyncio.sleep(0.3)  # six poll periods: a poller still running would have refilled again
+        assert client.refills == settled
+    finally:
+        await hub.close()
+        await relay.close()
+
+
+async def test_a_replica_whose_outbox_dropped_frames_has_the_others_refill_them(redis_url: str) -> None:
+    relay = TcpRelay(urlsplit(redis_url).port or 6379)
+    await relay.start()
+    channel = f"test:{uuid.uuid4().hex}"
+    sender = RedisHub(f"redis://127.0.0.1:{relay.port}{urlsplit(redis_url).path}", channel,
+                      retry_pauses=(0.05,), outbox_size=1)
+    receiver = RedisHub(redis_url, channel)
+    await sender.start()
+    await receiver.start()
+    try:
+        other = Refills()
+        receiver.subscribe("A", other)
+        relay.cut()
+        for seq in range(1, 4):  # one waits in the outbox, two are dropped
+            await sender.publish(Frame("message.delta", seq, "A", {"text": str(seq)}))
+        other.refilled.clear()
+        relay.restore()
+        await asyncio.wait_for(other.refilled.wait(), 10)  # told to refill conversation A
+        await asyncio.wait_for(other.done.wait(), 10)  # and the frame the outbox held arrives too
+        assert [f.seq for f in other.frames] == [1]
+    finally:
+        await sender.close()
+        await receiver.close()
+        await relay.close()

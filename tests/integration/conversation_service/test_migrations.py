@@ -15,9 +15,10 @@ from shared.db import create_engine
 CHAT = {"conversations", "messages", "conversation_frames"}
 AGENT = {"conversation_agent_sessions", "pending_interactions", "dead_letters", "conversation_summaries"}
 TURNS = {"turns"}
-HEAD = "c0007_reply_control"
+HEAD = "c0008_seq_without_redis"
 # Columns each revision after c0002 adds, newest first: a downgrade past it removes them.
 ADDED_COLUMNS = [
+    ("c0008_seq_without_redis", "conversations", {"seq_without_redis"}),
     ("c0007_reply_control", "turns", {"stop_requested_at"}),
     ("c0006", "conversations", {"deleted_at"}),
     ("c0004_dead_letter_replays", "dead_letters", {"replayed_at", "replay_outcome", "replay_detail"}),
@@ -110,6 +111,8 @@ async def test_c0007_message_statuses_keep_their_check(database_url: str) -> Non
             await _insert_message(engine, "m-robot", "complete", role="robot")
 
         await migrate.downgrade(engine, "c0006")
+        assert await _statuses(engine) == {"m-stopped": "complete", "m-replaced": "error"}
+        await migrate.downgrade(engine, "c0004_dead_letter_replays")  # its messages stay as the table changes
         assert await _statuses(engine) == {"m-stopped": "complete", "m-replaced": "error"}
         with pytest.raises(IntegrityError):
             await _insert_message(engine, "m-stopped-again", "stopped")

@@ -22,7 +22,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from conversation_service.errors import WS_TRY_AGAIN_LATER
-from conversation_service.realtime.frames import FrameType
+from conversation_service.realtime.frames import MessageDelta
 from conversation_service.websocket.router import SLOW_CONSUMER_REASON
 from tests.integration.conversation_service.support import (
     Reader,
@@ -42,7 +42,7 @@ MAX_FRAMES = 4_000
 
 
 async def emit(publisher, conversation_id: str, n: int) -> None:
-    await publisher.emit(conversation_id, FrameType.MESSAGE_DELTA, {"n": n, "text": FRAME_TEXT})
+    await publisher.emit(conversation_id, MessageDelta(f"n{n}", FRAME_TEXT))
     # Like every real producer (a model's stream, the agent's events), wait for the next piece:
     # here one loop turn, the least any producer awaits. In-process emits never suspend, so a
     # burst without it would fill even a fast client's socket before that client could read.
@@ -116,7 +116,7 @@ async def test_slow_client_is_dropped_and_resumes_while_the_fast_one_gets_everyt
             await fast.close()
             await slow.close()
 
-    assert [f["data"]["n"] for f in fast.frames] == list(range(1, published + 1))
+    assert [int(f["data"]["message_id"][1:]) for f in fast.frames] == list(range(1, published + 1))
     # Before the drop and after the resume: every frame exactly once, in order.
     assert before_close + resumed.frames == fast.frames
 

@@ -128,7 +128,7 @@ async def test_a_turn_that_cannot_be_ended_is_left_to_the_lease_sweep(
         turn_leases = stack.state.agent.delegation._leases
         # The processing fails, and so does ending the reply (as when the database is down).
         monkeypatch.setattr(processor, "_tool_end", _fault)
-        monkeypatch.setattr(processor, "fail", _fault)
+        monkeypatch.setattr(processor, "end", _fault)
         cid = await stack.conversation()
         async with await connect(stack.chat_url, cid, "alice") as ws:
             message_id = await send_agent_message(stack, cid)
@@ -166,7 +166,7 @@ async def test_a_taken_over_turn_whose_processing_fails_ends_the_reply_failed(
         cid = await stack.conversation()
         async with await connect(stack.chat_url, cid, "alice") as ws:
             with pytest.MonkeyPatch.context() as database_down:
-                database_down.setattr(processor, "fail", _fault)
+                database_down.setattr(processor, "end", _fault)
                 message_id = await send_agent_message(stack, cid)
                 await fake.wait_for_calls(1)
                 await stack.state.tasks.join()
@@ -215,7 +215,7 @@ async def test_a_replayed_turn_that_cannot_be_ended_answers_503_and_is_left_to_t
             # The replay fails mid-reply, and so does ending its reply (as when the database is down).
             with pytest.MonkeyPatch.context() as database_down:
                 database_down.setattr(delegation._processor, "_tool_end", _fault)
-                database_down.setattr(delegation._processor, "fail", _fault)
+                database_down.setattr(delegation._processor, "end", _fault)
                 r = await stack.http.post(f"{stack.chat_url}/operator/dead-letters/{letter.id}/replay",
                                           headers={OPERATOR_KEY_HEADER: OPERATOR_KEY})
                 left = await _turn(stack, message_id)

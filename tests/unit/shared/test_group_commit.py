@@ -92,16 +92,42 @@ async def test_put_waits_for_room_while_the_writer_is_behind() -> None:
     await committer.aclose()
 
 
-async def test_a_failed_write_reaches_the_flush_waiters_and_later_batches_go_on() -> None:
-    write = Recorder(fail_times=1)
-    committer = GroupCommitter(write, interval_s=3600)
+async def test_a_failed_write_is_written_again_before_anything_queued_after_it() -> None:
+    write = Recorder(fail_times=3)
+    committer = GroupCommitter(write, interval_s=3600, retry_for_s=30, retry_pauses_s=(0.01,))
     committer.start()
     committer.add(1)
+    committer.request_flush()
+    await write.entered.wait()
+    committer.add(2)  # queued while the first batch is being retried
+    await committer.flush()
+    assert write.batches == [[1], [2]]  # nothing skipped, nothing out of order
+    await committer.aclose()
+
+
+async def test_a_batch_is_given_up_only_after_the_budget_and_its_owner_is_told() -> None:
+    write = Recorder(fail_times=10_000)
+    given_up: list[tuple[list[int], Exception]] = []
+    committer = GroupCommitter(write, interval_s=3600, retry_for_s=0.3, retry_pauses_s=(0.02,),
+                               on_given_up=lambda batch, exc: given_up.append((batch, exc)))
+    committer.start()
+    committer.add(1)
+    started = asyncio.get_running_loop().time()
     with pytest.raises(RuntimeError, match="database down"):
         await committer.flush()
+    assert asyncio.get_running_loop().time() - started >= 0.3
+    assert [batch for batch, _ in given_up] == [[1]]
+    # Still failing past the budget: the next batch is given up after one attempt, not another budget.
     committer.add(2)
+    started, calls = asyncio.get_running_loop().time(), write.fail_times
+    with pytest.raises(RuntimeError):
+        await committer.flush()
+    assert calls - write.fail_times == 1 and asyncio.get_running_loop().time() - started < 0.3
+    # The database is back: batches are written again, and the budget starts afresh at the next failure.
+    write.fail_times = 0
+    committer.add(3)
     await committer.flush()
-    assert write.batches == [[2]]
+    assert write.batches == [[3]] and [batch for batch, _ in given_up] == [[1], [2]]
     await committer.aclose()
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
+from urllib.parse import urlsplit
 
 import pytest
 
 from shared.rate_limit.config import Dimension
 from shared.rate_limit.window import Charge, MemoryWindow, RedisWindow, Window
+from tests.support.dependencies import TcpRelay
 
 REQUEST = Charge(Dimension.REQUESTS, 2, 1, 1)
 
@@ -70,3 +72,31 @@ async def test_a_call_larger_than_the_whole_budget_goes_once_the_window_is_empty
     assert await window.reserve("k", [huge], 0.3) is None
     short = await window.reserve("k", [huge], 0.3)
     assert short is not None and 0 < short.wait_s <= 0.3
+
+
+async def test_a_redis_window_counts_in_this_process_while_redis_is_away(redis_url: str) -> None:
+    """Redis cut (a relay the test closes): calls go on, under the limits counted in this process;
+    when it is back, the shared counts are used again."""
+    target = urlsplit(redis_url)
+    relay = TcpRelay(target.port or 6379)
+    await relay.start()
+    window = RedisWindow(f"redis://127.0.0.1:{relay.port}{target.path}", f"test-rl-{uuid.uuid4().hex}")
+    try:
+        assert await window.reserve("acme", [REQUEST], 60) is None  # shared: one of two taken in Redis
+        relay.cut()
+        assert await window.reserve("acme", [REQUEST], 60) is None  # alone: one of two
+        assert await window.reserve("acme", [REQUEST], 60) is None  # alone: two of two
+        short = await window.reserve("acme", [REQUEST], 60)
+        assert short is not None and short.dimension is Dimension.REQUESTS  # the limit still holds
+        assert window.absence.away
+        await window.record("acme", Dimension.OUTPUT_TOKENS, 5, 60)  # recorded alone, no error
+        relay.restore()
+        # Tried again once its pause has passed: refused here (two of two) until Redis answers, then
+        # shared again (two of two in Redis).
+        async with asyncio.timeout(5):
+            while await window.reserve("acme", [REQUEST], 60) is not None:
+                await asyncio.sleep(0.05)
+        assert not window.absence.away
+    finally:
+        await window.aclose()
+        await relay.close()

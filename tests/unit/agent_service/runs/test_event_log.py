@@ -13,11 +13,19 @@ from sqlalchemy.exc import OperationalError
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
 from agent_service.models import AgentSession
-from agent_service.runs.event_log import EventLog, LiveEvent, LiveSubscription
+from agent_service.runs.event_log import EventLog, EventsNotSaved, LiveEvent, LiveSubscription
 from agent_service.runs.repository import EventRepository, SessionRepository
 from shared.db import create_engine, create_sessionmaker
 from shared.fastpath.handoff import Handoff
-from shared.protocol import AnswerChunkData, CompleteData, EventEnvelope, EventType, utcnow
+from shared.protocol import (
+    AnswerChunkData,
+    CompleteData,
+    ErrorCode,
+    ErrorData,
+    EventEnvelope,
+    EventType,
+    utcnow,
+)
 
 
 async def _setup(database_url: str, seq_reserved: int = 0):
@@ -39,11 +47,13 @@ class _Shown:
         sub, _, _ = log.subscribe("s1")
         assert sub is not None
         self.seqs: list[int] = []
+        self.types: list[tuple[EventType, str | None]] = []
         self.handoff = Handoff(self._take, maxsize=1000)
         sub.attach(self.handoff)
 
     async def _take(self, batch: list[LiveEvent]) -> None:
         self.seqs.extend(item.envelope.seq for item in batch)
+        self.types.extend((item.envelope.type, item.envelope.data.get("code")) for item in batch)
 
 
 async def _reserved(sessionmaker) -> tuple[int, int]:
@@ -235,25 +245,65 @@ async def test_a_terminal_event_that_could_not_be_written_is_shown_only_when_its
     # The database is gone: no group commit, no extension of the reservation (it stays at 4), no end.
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/no/such/dir/agent.db")
     log = EventLog(create_sessionmaker(engine), group_commit_ms=50, live_queue_size=1000, metrics=AgentMetrics(),
-                   seq_block=4)
+                   seq_block=4, durable_write_budget_s=0.3)
 
     async def finalize(_db) -> None:
-        raise AssertionError("not reached: the flush before it fails")
+        pass  # the insert after it fails: the database has no tables
 
     try:
         channel = log.open_channel("s1", "r1", 1, reserved=4)
         shown = _Shown(log)
         for i in range(events):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
-        with pytest.raises(OperationalError):
+        # Its events were given up after the budget: a COMPLETE is refused, an ERROR is tried.
+        with pytest.raises(EventsNotSaved):
             await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), finalize)
+        assert channel.lost
+        error = ErrorData(code=ErrorCode.STORAGE_UNAVAILABLE.value, message="events lost", retryable=True)
+        with pytest.raises(OperationalError):
+            await log.emit_final(channel, EventType.ERROR, error, finalize)
         await shown.handoff.wait_idle()
         # Recovery will end the run at seq_reserved + 1 = 5: an end shown at 6 would be a seq that
         # later names another event, so that reader is cut off instead (it resumes from the log).
         assert shown.seqs == shown_before_end + ([events + 1] if shows_end else [])
+        if shows_end:  # what it says is that the end was not saved, whatever the run meant to say
+            assert shown.types[-1] == (EventType.ERROR, ErrorCode.STORAGE_UNAVAILABLE.value)
         assert log.channel("s1") is None
     finally:
         log.writer.discard("s1")  # nothing to write on the way out either
+        await log.aclose()
+        await engine.dispose()
+
+
+async def test_events_held_back_by_a_database_restart_are_written_in_order_before_the_end(
+    database_url: str,
+) -> None:
+    engine, sessionmaker = await _setup(database_url)
+    log = EventLog(sessionmaker, group_commit_ms=10, live_queue_size=1000, metrics=AgentMetrics(), seq_block=1000,
+                   durable_write_budget_s=30)
+    log.start()
+    writes = {"fail": 3}
+
+    @sa_event.listens_for(engine.sync_engine, "before_cursor_execute")
+    def _away(_conn, _cursor, statement, *_args) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO AGENT_EVENTS") and writes["fail"]:
+            writes["fail"] -= 1
+            raise OperationalError(statement, {}, ConnectionError("the server restarted"))
+
+    async def finalize(_db) -> None:
+        pass
+
+    try:
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
+        for i in range(20):
+            log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), finalize)
+        async with sessionmaker() as db:
+            stored = await EventRepository(db).after("s1", 0, 100)
+        assert [e.seq for e in stored] == list(range(1, 22)) and writes["fail"] == 0
+        assert stored[-1].type is EventType.COMPLETE
+    finally:
+        sa_event.remove(engine.sync_engine, "before_cursor_execute", _away)
         await log.aclose()
         await engine.dispose()
 

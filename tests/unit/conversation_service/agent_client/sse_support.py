@@ -14,7 +14,8 @@ API_KEY = "k-secret-0123456789"
 SESSION_ID = "sess-1"
 
 # Tiny but distinct delays: a test can tell them apart in the recorded schedule.
-FAST = AgentClientConfig(retry_delays=(0.001, 0.002, 0.004), reconnect_delays=(0.001, 0.002, 0.004))
+# No resume budget beyond the delays: the sleeps are recorded, not slept, so no time would pass.
+FAST = AgentClientConfig(retry_delays=(0.001, 0.002, 0.004), reconnect_delays=(0.001, 0.002, 0.004), resume_budget=0)
 
 _PAYLOADS: dict[EventType, dict[str, Any]] = {
     EventType.THOUGHT: {"text": "thinking"},

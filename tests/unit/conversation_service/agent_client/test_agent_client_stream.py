@@ -301,6 +301,35 @@ async def test_reconnects_are_bounded(client: AgentServiceClient, recording_slee
 
 
 @respx.mock
+async def test_a_stream_is_resumed_for_its_budget_after_the_delays_are_spent() -> None:
+    # A partition longer than the delays (three 10 ms pauses) but within the budget: the last pause
+    # repeats until the Agent Service answers again; the run's events waited in its log.
+    config = AgentClientConfig(reconnect_delays=(0.01, 0.01, 0.01), resume_budget=5.0)
+    respx.post(EXECUTE_URL).mock(return_value=sse(sse_event(1), then=httpx.ReadError("reset")))
+    cut = [httpx.Response(503, json={"error": "Busy"})] * 12
+    events_route = respx.get(EVENTS_URL).mock(side_effect=[*cut, sse(sse_events(2, 3, terminal=EventType.COMPLETE))])
+    async with AgentServiceClient(BASE_URL, API_KEY, config=config) as client:
+        stream = client.execute_agent(request())
+        assert await collect(stream) == [1, 2, 3]
+    assert events_route.call_count == 13 and stream.reconnects == 13
+
+
+@respx.mock
+async def test_a_stream_broken_for_longer_than_its_budget_is_given_up() -> None:
+    config = AgentClientConfig(reconnect_delays=(0.01, 0.05), resume_budget=0.3)
+    respx.post(EXECUTE_URL).mock(return_value=sse(sse_event(1), then=httpx.ReadError("reset")))
+    events_route = respx.get(EVENTS_URL).mock(return_value=httpx.Response(503, json={"error": "Busy"}))
+    async with AgentServiceClient(BASE_URL, API_KEY, config=config) as client:
+        stream = client.execute_agent(request())
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(AgentStreamError):
+            await collect(stream)
+        given_up_after = asyncio.get_running_loop().time() - started
+    # Tried until the next pause would pass the budget: 0.01, then 0.05 s again and again.
+    assert 0.25 <= given_up_after < 1.0 and events_route.call_count >= 6
+
+
+@respx.mock
 async def test_the_reconnect_budget_is_restored_by_progress(client: AgentServiceClient) -> None:
     # Each connection delivers one event then breaks: four breaks in a row with progress in between.
     cut = httpx.ReadError("reset")

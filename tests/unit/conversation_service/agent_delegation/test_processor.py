@@ -19,9 +19,7 @@ from sqlalchemy import event, func, select
 
 from conversation_service.agent_client import AgentStreamError
 from conversation_service.agent_delegation.processor import (
-    DEFAULT_USER_ERROR,
     RESULT_PREVIEW_CHARS,
-    USER_ERROR_TEXT,
     AgentEventProcessor,
     AgentTurn,
     TurnOutcomeKind,
@@ -39,15 +37,19 @@ from conversation_service.db.models import (
 )
 from conversation_service.db.repository import unit_of_work
 from conversation_service.metrics import ConversationMetrics, agent_events_in_hand
-from conversation_service.realtime.frames import Frame, FrameType
+from conversation_service.realtime.frames import Frame, FrameType, MessageCreated
 from conversation_service.realtime.hub import InProcessHub
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.realtime.repository import FrameRepository
 from conversation_service.realtime.reservations import SeqReservations
 from conversation_service.realtime.seq import InProcessSeqAllocator
 from conversation_service.realtime.writer import FrameWriter
+from conversation_service.replies.ender import ReplyEnder
+from conversation_service.replies.policy import AGENT_ERROR_TEXT as USER_ERROR_TEXT
+from conversation_service.replies.policy import DEFAULT_AGENT_ERROR_TEXT as DEFAULT_USER_ERROR
 from shared.db import create_engine, create_sessionmaker
 from shared.protocol import EventEnvelope, EventType, utcnow
+from shared.transactions import Transactions
 
 AGENT_SESSION_ID = "agent-sess-1"
 ASK_USER_TIMEOUT_S = 300.0
@@ -119,10 +121,7 @@ class Bed:
     agent_session_id: str = AGENT_SESSION_ID
 
     def processor(self, queue_size: int = 64) -> AgentEventProcessor:
-        return AgentEventProcessor(
-            self.sessionmaker, self.publisher, self.metrics.agent,
-            queue_size=queue_size, ask_user_timeout_s=ASK_USER_TIMEOUT_S,
-        )
+        return _processor(self, self.publisher, queue_size)
 
     def turn(self) -> AgentTurn:
         return AgentTurn(
@@ -162,7 +161,7 @@ async def _make_bed(database_url: str, *, flush_interval: float,
     hub = InProcessHub()
     await hub.start()
     writer.start()
-    seq = InProcessSeqAllocator(floor, SeqReservations(sessionmaker), block=seq_block)
+    seq = InProcessSeqAllocator(floor, SeqReservations(Transactions(sessionmaker, budget_s=5)), block=seq_block)
     publisher = FramePublisher(seq, writer, hub, metrics.frames)
     async with unit_of_work(sessionmaker) as session:
         conversation = Conversation(owner_id="alice", org_id="acme", title="t", agent_status="thinking")
@@ -180,7 +179,7 @@ async def _make_bed(database_url: str, *, flush_interval: float,
     hub.subscribe(ids[0], log)
     # What the delegation does before handing the stream over: the assistant message is announced
     # (this also loads the seq floor, so the processor's own frames start from a warm allocator).
-    await publisher.emit(ids[0], FrameType.MESSAGE_CREATED, {"id": ids[2], "role": "assistant"})
+    await publisher.emit(ids[0], MessageCreated({"id": ids[2], "role": "assistant"}))
     try:
         yield Bed(engine, sessionmaker, writer, hub, seq, publisher, metrics, log, *ids, conversation, agent_session_id)
     finally:
@@ -564,9 +563,13 @@ def _processor_on(bed: Bed, hub: InProcessHub, queue_size: int = 64) -> tuple[Ag
     log = FrameLog()
     hub.subscribe(bed.conversation_id, log)
     publisher = FramePublisher(bed.seq, bed.writer, hub, bed.metrics.frames)
-    processor = AgentEventProcessor(bed.sessionmaker, publisher, bed.metrics.agent, queue_size=queue_size,
-                                    ask_user_timeout_s=ASK_USER_TIMEOUT_S)
-    return processor, log
+    return _processor(bed, publisher, queue_size), log
+
+
+def _processor(bed: Bed, publisher: FramePublisher, queue_size: int) -> AgentEventProcessor:
+    transactions = Transactions(bed.sessionmaker, budget_s=5)
+    return AgentEventProcessor(transactions, publisher, bed.metrics.agent, ReplyEnder(transactions, publisher),
+                               queue_size=queue_size, ask_user_timeout_s=ASK_USER_TIMEOUT_S)
 
 
 async def test_an_idle_processor_publishes_in_the_readers_step_and_coalesces_what_queued_while_busy(bed: Bed) -> None:

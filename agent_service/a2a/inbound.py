@@ -1,0 +1,83 @@
+"""What an A2A message asks of the agent: its text, the skill, the user it acts for.
+
+The agent reads text: text parts as they are, data parts as their JSON. Files (``raw``, ``url``)
+are refused with ContentTypeNotSupportedError, as is a client that accepts no text back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from agent_service.a2a.errors import ContentTypeNotSupported, InvalidParams, PushNotificationNotSupported
+from agent_service.a2a.schemas import Message, Part, Role, SendMessageRequest
+from shared.protocol import UserContext
+
+# What the agent reads (a text part of these media types, or a data part) and writes.
+INPUT_MODES = ("text/plain", "application/json")
+OUTPUT_MODES = ("text/plain",)
+_TEXT_TYPES = ("text/", "application/json")
+_ACCEPTS_TEXT = frozenset({"text/plain", "text/*", "text", "*/*", "text/markdown"})
+
+
+def check_request(request: SendMessageRequest) -> None:
+    """What a SendMessage asks that this agent cannot do, refused before anything starts."""
+    config = request.configuration
+    if config.task_push_notification_config is not None:
+        raise PushNotificationNotSupported("this agent sends no push notifications; stream or poll the task")
+    if config.accepted_output_modes and not _ACCEPTS_TEXT.intersection(m.lower() for m in config.accepted_output_modes):
+        raise ContentTypeNotSupported(
+            f"this agent answers in {', '.join(OUTPUT_MODES)}; the request accepts only "
+            f"{', '.join(config.accepted_output_modes)}"
+        )
+    if request.message.role is not Role.USER:
+        raise InvalidParams("a message to the agent has the role ROLE_USER")
+
+
+def message_text(message: Message) -> str:
+    """The message as the agent reads it: its parts, one after another."""
+    return "\n".join(_part_text(part) for part in message.parts)
+
+
+def _part_text(part: Part) -> str:
+    if part.text is not None:
+        if part.media_type and not part.media_type.lower().startswith(_TEXT_TYPES):
+            raise ContentTypeNotSupported(f"a text part of type {part.media_type} is not supported")
+        return part.text
+    if part.data is not None:
+        return orjson.dumps(part.data).decode()
+    media = part.media_type or "a file"
+    raise ContentTypeNotSupported(
+        f"{media} is not supported: this agent reads {', '.join(INPUT_MODES)} (text or data parts)"
+    )
+
+
+def approval_of(message: Message) -> bool | None:
+    """An explicit decision on an approval question: a data part ``{"approved": true|false}``."""
+    for part in message.parts:
+        if isinstance(part.data, dict) and isinstance(part.data.get("approved"), bool):
+            return part.data["approved"]
+    return None
+
+
+def skill_of(request: SendMessageRequest, default: str) -> str:
+    """The profile to run: ``skillId`` in the request's or the message's metadata names one."""
+    for metadata in (request.metadata, request.message.metadata):
+        skill = (metadata or {}).get("skillId")
+        if skill is not None:
+            if not isinstance(skill, str) or not skill:
+                raise InvalidParams("metadata.skillId names a skill of the Agent Card")
+            return skill
+    return default
+
+
+def user_of(request: SendMessageRequest, default_user: str) -> UserContext:
+    """Who the run acts for: ``userId``/``orgId`` in the request's metadata, as the caller (who holds
+    the service's key, like a caller of the execute API) says; else the configured A2A user."""
+    metadata: dict[str, Any] = request.metadata or {}
+    try:
+        return UserContext(user_id=metadata.get("userId", default_user), org_id=metadata.get("orgId"))
+    except ValidationError as exc:
+        raise InvalidParams(f"metadata.userId/orgId: {exc.errors()[0]['msg']}") from None

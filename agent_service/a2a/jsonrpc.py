@@ -1,0 +1,122 @@
+"""The JSON-RPC 2.0 binding of A2A 1.0 (spec 9): ``POST /a2a/jsonrpc``.
+
+One route; the method names the operation. Answers are JSON-RPC responses (HTTP 200, errors
+included, except a refused authentication: 401), streams are SSE whose events each hold one
+JSON-RPC response with a ``StreamResponse``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from agent_service.a2a import transport
+from agent_service.a2a.card import JSONRPC_PATH
+from agent_service.a2a.errors import (
+    A2AError,
+    InternalError,
+    InvalidRequest,
+    MethodNotFound,
+    ParseError,
+    Unauthenticated,
+    no_extended_card,
+    no_push_notifications,
+)
+from agent_service.a2a.schemas import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+)
+from agent_service.a2a.transport import A2AParts
+from agent_service.runs.streaming import EventStreamResponse
+
+log = logging.getLogger(__name__)
+router = APIRouter(include_in_schema=False)
+
+_PUSH_METHODS = frozenset({
+    "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig", "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+})
+RequestId = str | int | None
+
+
+def _answer(request_id: RequestId, *, result: Any = None, error: A2AError | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+    if error is not None:
+        body["error"] = error.jsonrpc()
+    else:
+        body["result"] = result
+    status = error.http_status if isinstance(error, Unauthenticated) else 200
+    return JSONResponse(body, status_code=status)
+
+
+def _envelope(body: bytes) -> tuple[RequestId, str, Any]:
+    """The id, method and params of a JSON-RPC request, or the error that it is not one."""
+    try:
+        call = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ParseError("the body is not valid JSON") from None
+    if not isinstance(call, dict):
+        raise InvalidRequest("a JSON-RPC request is an object (batches are not supported)")
+    request_id = call.get("id")
+    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        request_id = None
+    if call.get("jsonrpc") != "2.0" or not isinstance(call.get("method"), str):
+        raise InvalidRequest('a JSON-RPC 2.0 request has "jsonrpc": "2.0" and a method name')
+    return request_id, call["method"], call.get("params", {})
+
+
+async def _unary(a2a: A2AParts, method: str, params: Any) -> Any:
+    service = a2a.service
+    if method == "SendMessage":
+        return await service.send(transport.validated(SendMessageRequest, params))
+    if method == "GetTask":
+        return await service.get(transport.validated(GetTaskRequest, params))
+    if method == "ListTasks":
+        return await service.list(transport.validated(ListTasksRequest, params))
+    if method == "CancelTask":
+        return await service.cancel(transport.validated(CancelTaskRequest, params))
+    if method in _PUSH_METHODS:
+        raise no_push_notifications()
+    if method == "GetExtendedAgentCard":
+        raise no_extended_card()
+    raise MethodNotFound(f"no method {method!r}")
+
+
+async def _stream(request: Request, a2a: A2AParts, request_id: RequestId, method: str, params: Any) -> Response:
+    def frame(response: dict[str, Any], seq: int | None) -> bytes:
+        return transport.sse_event({"jsonrpc": "2.0", "id": request_id, "result": response}, seq)
+
+    serve: Callable[..., Awaitable[None]]
+    if method == "SendStreamingMessage":
+        serve = await a2a.streams.send(transport.validated(SendMessageRequest, params), frame)
+    else:
+        serve = await a2a.streams.subscribe(transport.validated(SubscribeToTaskRequest, params), frame, transport.last_event_id(request))
+    return EventStreamResponse(serve, headers={})
+
+
+@router.post(JSONRPC_PATH)
+@router.post(JSONRPC_PATH + "/")
+async def jsonrpc(request: Request) -> Response:
+    request_id: RequestId = None
+    a2a = transport.parts(request)
+    try:
+        transport.authenticate(request, a2a.settings)
+        transport.check_content_type(request)
+        request_id, method, params = _envelope(await request.body())
+        transport.check_version(request)
+        if method in ("SendStreamingMessage", "SubscribeToTask"):
+            return await _stream(request, a2a, request_id, method, params)
+        return _answer(request_id, result=await _unary(a2a, method, params))
+    except A2AError as exc:
+        return _answer(request_id, error=exc)
+    except Exception:
+        log.exception("A2A JSON-RPC request failed")
+        return _answer(request_id, error=InternalError("internal error"))

@@ -1,0 +1,150 @@
+"""The A2A server against a real Agent Service on loopback, SQLite and PostgreSQL, both bindings.
+
+The mapping (the task's answer is the text of its ANSWER_CHUNKs), the INPUT_REQUIRED round trip,
+cancel, errors, and auth.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from shared.protocol import EventType
+from shared.sse import SSEDecoder, decode_envelope
+from tests.integration.a2a.conftest import API_KEY, VERSION, A2AClient
+
+
+async def _log(base_url: str, session_id: str) -> list:
+    """The session's events through the Agent Service's own API."""
+    async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": API_KEY}, timeout=30.0) as http:
+        resp = await http.get(f"/api/v1/agent/sessions/{session_id}/events")
+        decoder = SSEDecoder()
+        return [decode_envelope(event) for event in decoder.feed(resp.content)]
+
+
+def _text(artifact: dict) -> str:
+    return "".join(part.get("text", "") for part in artifact["parts"])
+
+
+async def test_a_completed_task_holds_the_answer_its_chunks_streamed(client: A2AClient) -> None:
+    task = await client.send("what is 17*23")
+
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    events = await _log(client.base_url, task["contextId"])
+    chunks = "".join(e.data["text"] for e in events if e.type is EventType.ANSWER_CHUNK)
+    complete = next(e for e in events if e.type is EventType.COMPLETE)
+    assert "391" in chunks
+    assert [_text(a) for a in task["artifacts"]] == [chunks] == [complete.data["answer"]]
+    assert task["metadata"]["seq"] == events[-1].seq
+    assert task["id"] == complete.run_id  # the run a message started is the task
+
+
+async def test_the_stream_is_the_task_then_its_events_in_order_each_with_its_seq(client: A2AClient) -> None:
+    message = {"role": "ROLE_USER", "parts": [{"text": "what is 6*7"}], "messageId": "m-stream"}
+    method = "/message:stream" if client.rest else "SendStreamingMessage"
+    events = await client.stream(method, {"message": message})
+
+    first, updates = events[0][1], [e for _, e in events[1:]]
+    assert first["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"
+    log = await _log(client.base_url, first["task"]["contextId"])
+    seqs = [u[next(iter(u))]["metadata"]["seq"] for u in updates]
+    assert seqs == sorted(seqs) and set(seqs) == {e.seq for e in log}
+    streamed = "".join(u["artifactUpdate"]["artifact"]["parts"][0]["text"] for u in updates if "artifactUpdate" in u)
+    assert streamed == next(e for e in log if e.type is EventType.COMPLETE).data["answer"]
+    chunks = [u["artifactUpdate"] for u in updates if "artifactUpdate" in u]
+    assert [c["append"] for c in chunks] == [False] + [True] * (len(chunks) - 1)
+    assert [c["lastChunk"] for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    tools = [u["statusUpdate"]["status"] for u in updates if "statusUpdate" in u
+             and u["statusUpdate"]["metadata"]["event"] in ("TOOL_START", "TOOL_END")]
+    assert tools and all(s["state"] == "TASK_STATE_WORKING" for s in tools)
+    assert updates[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    # The SSE id of each event's last frame is its seq: what Last-Event-ID resumes from.
+    assert [seq for seq, _ in events if seq is not None] == [e.seq for e in log]
+
+
+async def test_a_question_is_input_required_and_the_answer_continues_the_same_task(client: A2AClient) -> None:
+    asked = await client.send("plan a trip")
+
+    assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    question = asked["status"]["message"]
+    assert question["role"] == "ROLE_AGENT" and question["parts"][0]["text"].strip()
+    assert asked["history"] == [question]
+
+    done = await client.send("Lisbon, for 3 days", taskId=asked["id"])
+
+    assert (done["id"], done["contextId"]) == (asked["id"], asked["contextId"])
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert "Lisbon" in _text(done["artifacts"][0])
+    assert (await client.get(asked["id"]))["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_a_new_message_in_the_context_is_a_new_task_and_a_client_may_name_the_context(client: A2AClient) -> None:
+    first = await client.send("what is 2*3", contextId="ctx-chosen-by-client")
+    second = await client.send("and 4*5?", contextId="ctx-chosen-by-client")
+
+    assert first["contextId"] == second["contextId"] == "ctx-chosen-by-client"
+    assert first["id"] != second["id"]
+    assert "20" in _text(second["artifacts"][0])
+    if not client.rest:
+        listed = (await client.call("ListTasks", {"contextId": "ctx-chosen-by-client", "pageSize": 1})).json()["result"]
+        assert [t["id"] for t in listed["tasks"]] == [second["id"]] and "artifacts" not in listed["tasks"][0]
+        assert listed["totalSize"] == 2 and listed["nextPageToken"]
+        rest = (await client.call("ListTasks", {"contextId": "ctx-chosen-by-client",
+                                                 "pageToken": listed["nextPageToken"]})).json()["result"]
+        assert [t["id"] for t in rest["tasks"]] == [first["id"]] and rest["nextPageToken"] == ""
+
+
+async def test_cancel_ends_a_waiting_task_canceled_and_then_it_takes_nothing(a2a_url: str) -> None:
+    client = A2AClient(a2a_url)
+    try:
+        asked = await client.send("plan a trip")
+        cancelled = (await client.call("CancelTask", {"id": asked["id"]})).json()["result"]
+
+        assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
+        assert (await client.error("CancelTask", {"id": asked["id"]}))["code"] == -32002
+        message = {"role": "ROLE_USER", "parts": [{"text": "Rome"}], "messageId": "late", "taskId": asked["id"]}
+        assert (await client.error("SendMessage", {"message": message}))["code"] == -32004
+        assert (await client.error("SubscribeToTask", {"id": asked["id"]}))["code"] == -32004
+    finally:
+        await client.aclose()
+
+
+async def test_errors_are_the_a2a_errors_of_each_binding(a2a_url: str) -> None:
+    client = A2AClient(a2a_url)
+    rest = A2AClient(a2a_url, rest=True)
+    try:
+        missing = await client.error("GetTask", {"id": "no-such-task"})
+        assert missing["code"] == -32001 and missing["data"][0]["reason"] == "TASK_NOT_FOUND"
+        resp = await rest.http.get("/a2a/v1/tasks/no-such-task")
+        assert resp.status_code == 404 and resp.json()["error"]["details"][0]["reason"] == "TASK_NOT_FOUND"
+        file_part = {"role": "ROLE_USER", "messageId": "f", "parts": [{"url": "https://x/y.pdf", "mediaType": "application/pdf"}]}
+        assert (await client.error("SendMessage", {"message": file_part}))["code"] == -32005
+        assert (await client.error("SendMessage", {}))["code"] == -32602
+        assert (await client.error("NoSuchMethod", {}))["code"] == -32601
+        old = await client.http.post("/a2a/jsonrpc", headers={"A2A-Version": ""},
+                                     json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}})
+        assert old.json()["error"]["code"] == -32009
+        resp = await rest.http.post("/a2a/v1/tasks/x/pushNotificationConfigs", json={"url": "https://x"})
+        assert resp.status_code == 400 and resp.json()["error"]["details"][0]["reason"] == "PUSH_NOTIFICATION_NOT_SUPPORTED"
+    finally:
+        await client.aclose()
+        await rest.aclose()
+
+
+async def test_without_the_key_nothing_is_answered_and_the_card_says_which_key(a2a_url: str) -> None:
+    async with httpx.AsyncClient(base_url=a2a_url, headers=VERSION) as http:
+        rpc = await http.post("/a2a/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask",
+                                                     "params": {"id": "x"}})
+        rest = await http.get("/a2a/v1/tasks/x", headers={"X-API-Key": "wrong"})
+        card = await http.get("/.well-known/agent-card.json")
+
+    assert rpc.status_code == 401 and rpc.json()["error"]["data"][0]["reason"] == "UNAUTHENTICATED"
+    assert rest.status_code == 401
+    assert card.status_code == 200 and "max-age" in card.headers["cache-control"] and card.headers["etag"]
+    body = card.json()
+    assert body["securitySchemes"]["apiKey"]["apiKeySecurityScheme"] == {
+        "location": "header", "name": "X-API-Key", "description": body["securitySchemes"]["apiKey"][
+            "apiKeySecurityScheme"]["description"],
+    }
+    assert body["securityRequirements"] == [{"schemes": {"apiKey": {"list": []}}}]
+    assert {i["protocolBinding"] for i in body["supportedInterfaces"]} == {"JSONRPC", "HTTP+JSON"}
+    assert {s["id"] for s in body["skills"]} == {"default", "researcher", "careful"}
