@@ -84,6 +84,9 @@ async def test_the_bound_holds_the_queue_waits_visibly_and_the_overflow_gets_503
             [wait, *_] = queued.of_type("WAITING")
             assert wait.data["limit"] == "capacity" and "capacity" in wait.data["reason"] and wait.data["wait_s"] >= 0
         assert all(not r.of_type("WAITING") for r in results[:2]), "runs admitted at once do not wait"
+        async with asyncio.timeout(5):
+            while agent.app.state.agent.run_manager.active():
+                await asyncio.sleep(0.01)  # a run's task ends (and gives its place back) just after its COMPLETE
         assert await _metric(agent, "agent_runs_in_flight") == 0
         assert await _metric(agent, "agent_runs_queued") == 0
 
