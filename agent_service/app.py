@@ -38,6 +38,7 @@ from agent_service.migrate import run_migrations
 from agent_service.profiles import router as profiles_router
 from agent_service.profiles.service import ProfileStore
 from agent_service.runs import router as runs_router
+from agent_service.runs.admission import run_admission
 from agent_service.runs.engine import ReActEngine, ToolLookup, find_tool
 from agent_service.runs.event_log import EventLog
 from agent_service.runs.leases import LeaseKeeper, new_owner_id
@@ -109,9 +110,10 @@ def build_rate_limits(stack: AsyncExitStack, settings: AgentServiceSettings) -> 
 
 
 def build_memory(
-    settings: AgentServiceSettings, sessionmaker: async_sessionmaker, metrics: AgentMetrics,
+    stack: AsyncExitStack, settings: AgentServiceSettings, sessionmaker: async_sessionmaker, metrics: AgentMetrics,
 ) -> LongTermMemory | None:
-    """Long-term memory on the service's database, its health exported as ``agent_memory_health``."""
+    """Long-term memory on the service's database, its health exported as ``agent_memory_health``; on
+    shutdown (after the runs, before the database) its queued writes are drained within a bound."""
     if not settings.memory_enabled:
         return None
     health = MemoryHealth(
@@ -120,10 +122,14 @@ def build_memory(
         reset_timeout_s=settings.memory_reset_timeout_seconds,
     )
     metrics.memory_health.set_function(lambda: float(health.state()))
-    return LongTermMemory(
-        SqlMemoryStore(sessionmaker), health, metrics.memory_failures, token_budget=settings.memory_token_budget,
-        recency_half_life_s=settings.memory_recency_half_life_hours * 3600, timeout_s=settings.memory_timeout_seconds,
+    memory = LongTermMemory(
+        SqlMemoryStore(sessionmaker), health, metrics.memory_failures, metrics.memory_writes_dropped,
+        token_budget=settings.memory_token_budget, recency_half_life_s=settings.memory_recency_half_life_hours * 3600,
+        timeout_s=settings.memory_timeout_seconds, write_queue_size=settings.memory_write_queue_size,
     )
+    memory.start()
+    stack.push_async_callback(memory.aclose, settings.memory_drain_seconds)
+    return memory
 
 
 def build_model(
@@ -209,7 +215,7 @@ async def build_agent(
     profiles = ProfileStore.from_file(settings.profiles_file)
     tools = await build_tools(settings, sessionmaker, profiles, tools)
     provider = build_model(stack, settings, provider, metrics)
-    memory = build_memory(settings, sessionmaker, metrics)
+    memory = build_memory(stack, settings, sessionmaker, metrics)
     engine = ReActEngine(
         provider, tools, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
         tool_timeout_s=settings.tool_timeout_seconds, max_tool_result_chars=settings.max_tool_result_chars,
@@ -222,6 +228,7 @@ async def build_agent(
         log.warning("AGENT_SERVICE_API_KEYS is empty: every authenticated request is refused")
     run_service = RunService(
         settings=settings, sessionmaker=sessionmaker, profiles=profiles, manager=manager, event_log=event_log,
+        admission=run_admission(settings, metrics),
     )
     session_service = SessionService(settings=settings, sessionmaker=sessionmaker, manager=manager, event_log=event_log)
     streamer = EventStreamer(

@@ -22,7 +22,7 @@ from shared.protocol import MAX_CONTENT_CHARS, ErrorBody, ErrorCode
 class AgentServiceError(Exception):
     status_code: int = 500
     error: str = "internal_error"
-    headers: ClassVar[dict[str, str] | None] = None
+    headers: dict[str, str] | None = None
 
     def __init__(self, detail: Any = None) -> None:
         super().__init__(detail)
@@ -114,6 +114,17 @@ class NotReady(AgentServiceError):
     error = "not_ready"
 
 
+class Overloaded(AgentServiceError):
+    """Every place for a run is taken and the queue for them is full: retry after ``Retry-After``."""
+
+    status_code = 503
+    error = "overloaded"
+
+    def __init__(self, detail: Any, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.headers = {"Retry-After": str(retry_after_s)}
+
+
 # SSE ERROR codes of a run and whether a client may retry the same request.
 RUN_ERROR_RETRYABLE: dict[ErrorCode, bool] = {
     ErrorCode.LLM_UNAVAILABLE: True,
@@ -131,8 +142,9 @@ RUN_ERROR_RETRYABLE: dict[ErrorCode, bool] = {
 
 
 def _render(status_code: int, error: str, detail: Any, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(ErrorBody(error=error, detail=detail).model_dump(mode="json"), status_code=status_code,
-                        headers=headers)
+    return JSONResponse(
+        ErrorBody(error=error, detail=detail).model_dump(mode="json"), status_code=status_code, headers=headers,
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -102,6 +102,7 @@ class AgentMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._runs()
+        self._admission()
         self._event_log()
         self._model()
         self._extensions()
@@ -122,6 +123,25 @@ class AgentMetrics:
         self.tool_latency = Histogram(
             "agent_tool_latency_seconds", "Tool call duration", ["tool"], buckets=_LATENCY_BUCKETS,
             registry=self.registry,
+        )
+
+    def _admission(self) -> None:
+        # Admission (runs.admission): places taken, runs waiting for one, executes refused with 503.
+        self.runs_in_flight = Gauge(
+            "agent_runs_in_flight", "Runs holding one of this process's AGENT_SERVICE_MAX_RUNS_IN_FLIGHT places",
+            registry=self.registry, multiprocess_mode="liveall",
+        )
+        self.runs_queued = Gauge(
+            "agent_runs_queued", "Runs waiting for a place (WAITING, limit capacity)", registry=self.registry,
+            multiprocess_mode="liveall",
+        )
+        self.runs_refused = Counter(
+            "agent_runs_refused", "Executes answered 503 with Retry-After: every place taken and the queue full",
+            registry=self.registry,
+        )
+        self.run_queue_wait = Histogram(
+            "agent_run_queue_wait_seconds", "Time a run waited for a place before it started",
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
         )
 
     def _model(self) -> None:
@@ -187,6 +207,11 @@ class AgentMetrics:
         self.memory_failures = Counter(
             "agent_memory_failures", "Memory store calls that failed or timed out, by operation", ["operation"],
             registry=self.registry,
+        )
+        self.memory_writes_dropped = Counter(
+            "agent_memory_writes_dropped",
+            "Completed turns not remembered: the write queue was full, or the service stopped first",
+            ["reason"], registry=self.registry,
         )
         self.memory_health = Gauge(
             "agent_memory_health", "Long-term memory health: 0 NORMAL, 1 DEGRADED, 2 DOWN (history only)",

@@ -61,6 +61,13 @@ class AgentServiceSettings(BaseSettings):
     seq_reserve_block: Annotated[int, Field(ge=2, le=1_000_000)] = 1000
     # None: migrate on start only for SQLite (the embedded default); PostgreSQL is migrated explicitly.
     migrate_on_start: bool | None = None
+    # Admission: runs this process executes at once, and runs that may wait for one of those places
+    # (each says so with a WAITING event, limit "capacity"); past both, an execute is answered 503 with
+    # Retry-After before anything is written. 100 is LLM_MAX_CONNECTIONS' default (a run past it would
+    # wait for a model connection without saying so) and what one process serves on 2 cores with room
+    # (docs/benchmarks.md: 100 to 200 paced streams); the queue holds four more rounds of it.
+    max_runs_in_flight: Annotated[int, Field(ge=1, le=100_000)] = 100
+    max_queued_runs: Annotated[int, Field(ge=0, le=1_000_000)] = 400
     # Per-subscriber live queue; a subscriber that falls this far behind is dropped and reconnects.
     live_queue_size: Annotated[int, Field(gt=0)] = 10_000
     # Transcripts of sessions this process completed, kept so the next message to one starts its
@@ -117,6 +124,10 @@ class AgentServiceSettings(BaseSettings):
     memory_degraded_window_seconds: Annotated[float, Field(gt=0)] = 15.0
     memory_fail_max: Annotated[int, Field(ge=1)] = 5
     memory_reset_timeout_seconds: Annotated[float, Field(gt=0)] = 60.0
+    # Completed turns waiting to be remembered (written after their run's end); more are dropped and
+    # counted. On shutdown the queue is written for at most memory_drain_seconds.
+    memory_write_queue_size: Annotated[int, Field(ge=1)] = 1000
+    memory_drain_seconds: Annotated[float, Field(ge=0)] = 5.0
     # A2A (agent_service.a2a): the profile a message runs with unless its metadata names another
     # skill, and the user its runs act for unless the request's metadata names one.
     a2a_profile: Annotated[str, Field(min_length=1, max_length=128)] = "default"

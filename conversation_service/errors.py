@@ -33,6 +33,7 @@ class ServiceError(Exception):
     status_code = 500
     error = "internal_error"
     ws_close_code = WS_INTERNAL_ERROR
+    headers: dict[str, str] | None = None
 
     def __init__(self, detail: Any = None) -> None:
         super().__init__(detail)
@@ -92,6 +93,18 @@ class Unavailable(ServiceError):
     ws_close_code = WS_TRY_AGAIN_LATER
 
 
+class Overloaded(ServiceError):
+    """Every place for a reply is taken and the queue for them is full: retry after ``Retry-After``."""
+
+    status_code = 503
+    error = "overloaded"
+    ws_close_code = WS_TRY_AGAIN_LATER
+
+    def __init__(self, detail: Any, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.headers = {"Retry-After": str(retry_after_s)}
+
+
 def error_body(error: str, detail: Any = None) -> dict[str, Any]:
     return {"error": error, "detail": detail}
 
@@ -99,12 +112,12 @@ def error_body(error: str, detail: Any = None) -> dict[str, Any]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        headers = None
+        headers = dict(exc.headers or {})
         if isinstance(exc, Unauthorized):
-            headers = {"WWW-Authenticate": exc.challenge}
+            headers["WWW-Authenticate"] = exc.challenge
         elif isinstance(exc, Unavailable):
-            headers = {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)}
-        return JSONResponse(error_body(exc.error, exc.detail), status_code=exc.status_code, headers=headers)
+            headers.setdefault("Retry-After", str(UNAVAILABLE_RETRY_AFTER_S))
+        return JSONResponse(error_body(exc.error, exc.detail), status_code=exc.status_code, headers=headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

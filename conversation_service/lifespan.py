@@ -53,6 +53,7 @@ from conversation_service.resilience.health import AgentHealthMonitor
 from conversation_service.routing.router import MessageRouter
 from conversation_service.settings import ConversationSettings
 from conversation_service.tasks import TaskSupervisor, every
+from conversation_service.turns.admission import turn_admission
 from conversation_service.turns.leases import TurnLeases
 from shared.db import create_engine, create_lease_engine, create_sessionmaker
 from shared.fastpath.aiohttp_transport import AiohttpTransport
@@ -139,7 +140,7 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
             app.state.dead_letters = DeadLetterReplayer(storage.sessionmaker, agent.delegation, tasks, leases)
             messages = app.state.messages = MessageService(
                 storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages, leases,
-                max_chars=settings.max_message_chars,
+                max_chars=settings.max_message_chars, tasks=tasks, admission=turn_admission(settings, metrics.turns),
             )
             app.state.reply_control = ReplyControl(storage.sessionmaker, realtime.publisher, leases, messages, client,
                                                    flush_frames=realtime.writer.flush)

@@ -141,6 +141,28 @@ class AgentMetrics:
         ), "type")
 
 
+class TurnMetrics:
+    """Admission of turns (``turns.admission``): places taken, turns waiting, messages refused."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.in_flight = Gauge(
+            "conversation_turns_in_flight", "Replies holding one of this process's MAX_TURNS_IN_FLIGHT places",
+            registry=r, multiprocess_mode="liveall",
+        )
+        self.queued = Gauge(
+            "conversation_turns_queued", "Accepted messages waiting for a place (agent.waiting, limit capacity)",
+            registry=r, multiprocess_mode="liveall",
+        )
+        self.refused = Counter(
+            "conversation_turns_refused_total",
+            "Messages answered 503 with Retry-After: every place taken and the queue full", registry=r,
+        )
+        self.queue_wait_seconds = Histogram(
+            "conversation_turn_queue_wait_seconds", "Time an accepted message waited for a place before its reply",
+            buckets=_FIRST_CHUNK, registry=r,
+        )
+
+
 class ConversationMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -150,6 +172,7 @@ class ConversationMetrics:
         self.websocket = WebSocketMetrics(self.registry)
         self.agent = AgentMetrics(self.registry)
         self.oidc = OIDCMetrics(self.registry, "conversation")
+        self.turns = TurnMetrics(self.registry)
 
 
 # perf_counter() stamps of the agent events whose frames are being published in this context (one

@@ -95,6 +95,13 @@ class ConversationSettings(BaseSettings):
     # must agree to well within the lease.
     turn_lease_s: float = Field(default=10.0, ge=1, le=600)
     turn_sweep_interval_s: float = Field(default=2.0, gt=0, le=60)
+    # Admission: replies this process runs at once, and accepted messages that may wait for one of
+    # those places (the page shows the wait as agent.waiting, limit "capacity"); past both, a message
+    # is answered 503 with Retry-After before it is stored. 100 matches the Agent Service's runs in
+    # flight and what one process serves on 2 cores with room (docs/benchmarks.md); the queue holds
+    # four more rounds of it.
+    max_turns_in_flight: int = Field(default=100, ge=1, le=100_000)
+    max_queued_turns: int = Field(default=400, ge=0, le=1_000_000)
 
     # Direct LLM path: how many recent messages make up the prompt, its system prompt, and the cap on
     # a reply's tokens (sent as max_tokens: a base model behind an OpenAI-compatible server may

@@ -4,6 +4,10 @@
 Tasks are tracked so shutdown can await and cancel them, and their failures are logged instead of
 vanishing with an unretrieved exception. On a graceful stop (SIGTERM, ``shared.serving``) replies under
 way get what is left of the grace period to finish; the rest are cancelled.
+
+A reply holds its place among the replies this process runs at once (``turns.admission``) for as long
+as its task runs: the first task spawned inside ``carrying(place)`` takes the place and gives it back
+when it ends, however it ends. The routing code that starts a reply needs to know nothing of it.
 """
 
 from __future__ import annotations
@@ -11,13 +15,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, Self
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from contextvars import ContextVar
+from typing import Any, Protocol, Self
 
 from shared.serving import Shutdown
 from shared.transactions import is_unavailable
 
 log = logging.getLogger(__name__)
+
+
+class Place(Protocol):
+    """What a reply's task holds while it runs (its admission ``shared.admission.Slot``)."""
+
+    carried: bool
+
+    def release(self) -> None: ...
+
+
+# The place the next reply task spawned in this context takes (``TaskSupervisor.carrying``).
+_carried: ContextVar[Place | None] = ContextVar("carried_place", default=None)
 
 
 class TaskSupervisor:
@@ -33,7 +50,21 @@ class TaskSupervisor:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        place = _carried.get()
+        if place is not None and not place.carried:
+            place.carried = True
+            task.add_done_callback(lambda _task: place.release())
         return task
+
+    @contextlib.contextmanager
+    def carrying(self, place: Place) -> Iterator[None]:
+        """The first task spawned in the block (a reply's) holds ``place`` until it ends. The caller
+        releases a place no task took (the message was not answered here after all)."""
+        token = _carried.set(place)
+        try:
+            yield
+        finally:
+            _carried.reset(token)
 
     def _done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)

@@ -7,8 +7,10 @@ events/s the client reads 25,000 events a second, and it must not be what limits
 
 A token's latency is its receive time (``time.time()`` when the bytes holding it were read) minus
 the time the fake model wrote in its text (``t<time.time()>``, ``--stamp``); both clocks are the
-same host's. ``run_level`` drives one process's share of a level; ``worker`` runs it in a child
-process for the benchmark, which merges the shares.
+same host's. Each stream also records when it got its first event, and every event's and answer's
+arrival (``activity``), from which ``bench_burst`` finds the longest time nothing arrived on any
+stream. ``run_level`` drives one process's share of a level; ``worker`` runs it in a child process for
+the benchmark, which merges the shares.
 """
 
 from __future__ import annotations
@@ -43,7 +45,11 @@ class Share:
     events: int = 0  # agent: SSE events; chat: WebSocket frames
     latencies: array = field(default_factory=lambda: array("d"))  # per token, seconds
     first_answer: array = field(default_factory=lambda: array("d"))  # request sent -> first answer text
+    first_event: array = field(default_factory=lambda: array("d"))  # request sent -> first event or frame
+    # time.time() of every event or frame read and of every answer that ended a stream (a 503 too)
+    activity: array = field(default_factory=lambda: array("d"))
     errors: Counter = field(default_factory=Counter)
+    ended: float = 0.0  # time.time() when the level's last stream ended or was given up
 
     def merge(self, other: Share) -> None:
         self.streams += other.streams
@@ -51,7 +57,10 @@ class Share:
         self.events += other.events
         self.latencies.extend(other.latencies)
         self.first_answer.extend(other.first_answer)
+        self.first_event.extend(other.first_event)
+        self.activity.extend(other.activity)
         self.errors.update(other.errors)
+        self.ended = max(self.ended, other.ended)
 
 
 class _Stream(asyncio.Protocol, ABC):
@@ -65,6 +74,7 @@ class _Stream(asyncio.Protocol, ABC):
         self.buf = b""
         self.sent_at = 0.0
         self.first = False
+        self.first_seen = False
         self.stamps = 0
         self.counting = False
         loop = asyncio.get_running_loop()
@@ -95,6 +105,22 @@ class _Stream(asyncio.Protocol, ABC):
         if self.transport is not None:
             self.transport.close()
 
+    def event(self, now: float) -> None:
+        """An event (SSE) or a frame (WebSocket) of the stream arrived at ``now``."""
+        self.share.events += 1
+        self.share.activity.append(now)
+        if not self.first_seen:
+            self.first_seen = True
+            self.share.first_event.append(now - self.sent_at)
+
+    def refused(self, status: str, retry_after: bool, now: float) -> None:
+        """Answered ``status`` instead of a stream: a 503 tells when to retry or it is a bare error."""
+        self.share.activity.append(now)
+        if status == "503":
+            self.finish(f"HTTP 503 {'with' if retry_after else 'without'} Retry-After")
+        else:
+            self.finish(f"HTTP {status}")
+
     def answer(self, text: bytes, now: float) -> None:
         """Text of the answer arrived at ``now``: one latency per stamp in it."""
         if not self.first:
@@ -113,14 +139,14 @@ class _Stream(asyncio.Protocol, ABC):
                 return
             self.head, data, self.buf = self.buf[:end], self.buf[end + 4:], b""
             status = self.head.split(b" ", 2)[1]
-            if not self.on_head(status):
+            if not self.on_head(status, now):
                 return
         if data:
             self.on_body(data, now)
 
     @abstractmethod
-    def on_head(self, status: bytes) -> bool:
-        """The response head arrived with ``status``: whether to read its body."""
+    def on_head(self, status: bytes, now: float) -> bool:
+        """The response head arrived with ``status`` at ``now``: whether to read its body."""
 
     @abstractmethod
     def on_body(self, data: bytes, now: float) -> None:
@@ -146,9 +172,10 @@ class SSEStream(_Stream):
         super().connection_made(transport)
         self.connected.set_result(None)
 
-    def on_head(self, status: bytes) -> bool:
+    def on_head(self, status: bytes, now: float) -> bool:
         if status != b"200":
-            self.finish(f"HTTP {status.decode()}")
+            assert self.head is not None
+            self.refused(status.decode(), b"\r\nretry-after:" in self.head.lower(), now)
             return False
         if b"chunked" not in self.head.lower():
             self.finish("response is not chunked")
@@ -184,14 +211,15 @@ class SSEStream(_Stream):
         for block in blocks:
             if b"data:" not in block:
                 continue  # a comment (heartbeat) or a lone retry: not an event
-            self.share.events += 1
+            self.event(now)
             if b"event: ANSWER_CHUNK\n" in block:
                 self.answer(block, now)
             elif b"event: COMPLETE\n" in block:
                 self.finish(None)
-            elif b"event: ERROR\n" in block or b"event: ASK_USER\n" in block:
-                kind = "ERROR" if b"event: ERROR\n" in block else "ASK_USER"
-                self.finish(f"{kind} event")
+            elif b"event: ERROR\n" in block:
+                self.finish(f"ERROR {_error_code(block)}")
+            elif b"event: ASK_USER\n" in block:
+                self.finish("ASK_USER event")
 
 
 class WebSocketStream(_Stream):
@@ -207,7 +235,7 @@ class WebSocketStream(_Stream):
         super().connection_made(transport)
         transport.write(self.handshake)  # type: ignore[attr-defined]
 
-    def on_head(self, status: bytes) -> bool:
+    def on_head(self, status: bytes, now: float) -> bool:
         if status != b"101":
             self.connected.set_exception(ConnectionError(f"WebSocket upgrade answered {status.decode()}"))
             self.finish(f"WebSocket upgrade answered {status.decode()}")
@@ -249,7 +277,7 @@ class WebSocketStream(_Stream):
             text, self.fragments = self.fragments, b""
             if not self.counting:
                 return  # frames of the connection's set-up, before the turn
-            self.share.events += 1
+            self.event(now)
             frame = orjson.loads(text)
             kind = frame.get("type")
             if kind == "message.delta":
@@ -270,6 +298,14 @@ class WebSocketStream(_Stream):
         if self.transport is not None and not self.transport.is_closing():
             self._write(0x8, (1000).to_bytes(2, "big"))
             self.transport.close()
+
+
+def _error_code(block: bytes) -> str:
+    """The ``code`` of an SSE ERROR event's envelope."""
+    for line in block.split(b"\n"):
+        if line.startswith(b"data:"):
+            return str((orjson.loads(line[5:]).get("data") or {}).get("code"))
+    return "?"
 
 
 def _request(method: str, url: str, headers: dict[str, str], body: bytes = b"") -> bytes:
@@ -354,8 +390,10 @@ async def _prepare_chat(spec: LevelSpec, share: Share, http: httpx.AsyncClient) 
             stream.finish(f"post message: {type(exc).__name__}")
             return
         if r.status_code != 202:
-            stream.finish(f"post message: HTTP {r.status_code}")
-        elif r.json()["route"]["target"] != "agent":
+            stream.share.activity.append(time.time())
+            retry = " with Retry-After" if r.status_code == 503 and "retry-after" in r.headers else ""
+            stream.finish(f"post message: HTTP {r.status_code}{retry}")
+        elif r.json()["route"]["target"] not in ("agent", "pending"):  # pending: queued for a place, then routed
             stream.finish(f"routed to {r.json()['route']['target']}")
 
     async def go() -> None:
@@ -376,14 +414,14 @@ async def run_level(spec: LevelSpec, ready, wait_go) -> Share:
         await ready()
         await wait_go()
         await go()
-        try:
-            await asyncio.wait_for(asyncio.gather(*(s.done for s in streams)), spec.timeout_s)
-        except TimeoutError:
-            pass
+        # Not wait_for(gather(...)): its timeout would cancel the streams' futures, and a stream given
+        # up would then not be counted.
+        await asyncio.wait([s.done for s in streams], timeout=spec.timeout_s)
         for stream in streams:
             stream.finish(f"no end within {spec.timeout_s:.0f} s")
             if isinstance(stream, WebSocketStream):
                 stream.close()
+        share.ended = time.time()
     return share
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -10,7 +11,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import DateTime, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.types import TypeDecorator
@@ -77,6 +78,7 @@ def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Async
         )
 
         gate_writers(engine)
+        event.listen(engine.sync_engine, "handle_error", _sqlite_cancel_keeps_connection)
 
         @event.listens_for(engine.sync_engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record) -> None:  # pragma: no cover - trivial
@@ -94,6 +96,22 @@ def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Async
     )
     event.listen(engine.sync_engine, "checkout", _replace_closed_connection)
     return engine
+
+
+def _sqlite_cancel_keeps_connection(context: ExceptionContext) -> None:
+    """A statement cancelled half-way (a timeout, a cancelled task) ends like any failed statement on
+    SQLite: its cursor closed, its transaction rolled back, its connection back in the pool.
+
+    SQLAlchemy takes a cancellation for a lost connection and drops it, which suits a network driver
+    (its protocol may stop mid-message) and not SQLite, whose connection lives in this process.
+    Dropped, a connection whose statement was still open (an INSERT ... RETURNING whose rows were not
+    fetched yet) is only half closed by sqlite3 (``sqlite3_close_v2`` waits for open statements): it
+    keeps its write transaction, the database's one write lock, until the garbage collector finalises
+    the statement. Every other writer then waited 30 s in SQLite's busy handler and failed with
+    "database is locked" (a burst of runs whose memory writes timed out stalled for 90 s).
+    """
+    if isinstance(context.original_exception, (asyncio.CancelledError, TimeoutError)):
+        context.is_disconnect = False
 
 
 def create_lease_engine(url: str) -> AsyncEngine | None:

@@ -2,14 +2,18 @@
 
 A recall asks the store for candidates by relevance, scores each ``0.7 × relevance + 0.3 × recency``
 (relevance scaled to the best candidate's, recency halving every ``recency_half_life_s``), keeps the
-top k the health state allows and clips them to a token budget. Every store call is bounded in time;
-a failure or a timeout only degrades the memory's health (and is counted): the run goes on with its
-history alone.
+top k the health state allows and clips them to a token budget. A completed run's turn is remembered
+after its terminal event, through a bounded queue (``writer.RememberQueue``).
+
+Every store call is bounded in time and never cancelled half-way (``shared.cancel_safety``): past
+its budget the caller goes on without it while the call ends in the background and gives its
+connection back; a store so slow that ``LATE_CALLS`` of them are still running is not asked at all.
+A failure, a timeout or a refusal only degrades the memory's health (and is counted): the run goes on
+with its history alone.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from dataclasses import dataclass
@@ -19,6 +23,8 @@ from prometheus_client import Counter
 
 from agent_service.memory.health import MemoryHealth, MemoryHealthState
 from agent_service.memory.store import Candidate, MemoryStore, Owner
+from agent_service.memory.writer import RememberQueue, Turn
+from shared.cancel_safety import RunToEnd
 from shared.llm.base import LLMMessage
 from shared.protocol import utcnow
 from shared.tokens import count_tokens
@@ -30,6 +36,8 @@ RECENCY_WEIGHT = 0.3
 # Candidates fetched per memory kept: the salience ranking picks among them.
 CANDIDATES_PER_SLOT = 3
 MEMORY_HEADER = "What the user told you in earlier conversations (most relevant first):"
+# Store calls of one kind that may still be running after their caller gave up on them.
+LATE_CALLS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +48,8 @@ class Snippet:
 
 class LongTermMemory:
     def __init__(
-        self, store: MemoryStore, health: MemoryHealth, failures: Counter, *, token_budget: int,
-        recency_half_life_s: float, timeout_s: float,
+        self, store: MemoryStore, health: MemoryHealth, failures: Counter, dropped: Counter, *, token_budget: int,
+        recency_half_life_s: float, timeout_s: float, write_queue_size: int = 1000,
     ) -> None:
         self.store = store
         self.health = health
@@ -49,27 +57,51 @@ class LongTermMemory:
         self.token_budget = token_budget
         self.recency_half_life_s = recency_half_life_s
         self.timeout_s = timeout_s
+        self._recalls = RunToEnd("memory recall", limit=LATE_CALLS)
+        self._writes = RunToEnd("memory remember", limit=LATE_CALLS)
+        self._queue = RememberQueue(self._remember, size=write_queue_size, dropped=dropped)
+
+    def start(self) -> None:
+        self._queue.start()
+
+    async def written(self) -> None:
+        """Return once every turn offered so far is written (or given up on)."""
+        await self._queue.idle()
+
+    async def aclose(self, drain_s: float) -> None:
+        """Write the queued turns within ``drain_s``, then let late store calls end (or cancel them)."""
+        await self._queue.aclose(drain_s)
+        for calls in (self._writes, self._recalls):
+            await calls.aclose(drain_s)
 
     async def recall(self, owner: Owner, query: str) -> list[Snippet]:
         k = self.health.top_k()
         if k == 0 or not query.strip():
             return []
         try:
-            async with asyncio.timeout(self.timeout_s):
-                candidates = await self.store.recall(owner, query, k * CANDIDATES_PER_SLOT)
+            candidates = await self._recalls.call(self.store.recall(owner, query, k * CANDIDATES_PER_SLOT), self.timeout_s)
         except Exception as exc:  # noqa: BLE001 - the store's failure is the memory's, never the run's
             self._failed("recall", exc)
             return []
         self.health.succeeded()
         return self._clip(salience_ranked(candidates, utcnow(), self.recency_half_life_s)[:k])
 
-    async def remember(self, owner: Owner, user_message: str, answer: str, session_id: str | None) -> None:
+    def remember_later(self, owner: Owner, user_message: str, answer: str, session_id: str | None) -> None:
+        """A completed run's turn, written in the background (its terminal event is written already)."""
         if self.health.state() is MemoryHealthState.DOWN or not user_message.strip():
             return
-        content = f"User: {user_message.strip()}\nAssistant: {answer.strip()}"
+        self._queue.offer(Turn(owner, user_message, answer, session_id))
+
+    async def remember(self, owner: Owner, user_message: str, answer: str, session_id: str | None) -> None:
+        """Write a turn now, within the time budget."""
+        await self._remember(Turn(owner, user_message, answer, session_id))
+
+    async def _remember(self, turn: Turn) -> None:
+        if self.health.state() is MemoryHealthState.DOWN or not turn.user_message.strip():
+            return
+        content = f"User: {turn.user_message.strip()}\nAssistant: {turn.answer.strip()}"
         try:
-            async with asyncio.timeout(self.timeout_s):
-                await self.store.remember(owner, content, session_id, utcnow())
+            await self._writes.call(self.store.remember(turn.owner, content, turn.session_id, utcnow()), self.timeout_s)
         except Exception as exc:  # noqa: BLE001 - idem: the turn is not remembered, the run is done
             self._failed("remember", exc)
             return

@@ -21,6 +21,7 @@ from agent_service.runs.manager import ActiveRun, RunManager
 from agent_service.runs.schemas import RunHandle
 from agent_service.runs.snapshots import SessionSnapshot
 from agent_service.runs.state import RunState
+from shared.admission import Slot
 from shared.protocol import ExecuteRequest
 
 
@@ -33,13 +34,17 @@ class _Status(Enum):
 
 
 class EarlyModelCall:
-    """Used as a context manager: a call not confirmed when the claim is over is discarded."""
+    """Used as a context manager: a call not confirmed when the claim is over is discarded. Not
+    ``enabled`` (a run that must wait for its place first), it starts nothing."""
 
-    def __init__(self, manager: RunManager, request: ExecuteRequest, session_id: str, run_id: str) -> None:
+    def __init__(
+        self, manager: RunManager, request: ExecuteRequest, session_id: str, run_id: str, *, enabled: bool = True,
+    ) -> None:
         self._manager = manager
         self._request = request
         self._session_id = session_id
         self.run_id = run_id
+        self._enabled = enabled
         self._status = _Status.IDLE
         self._run: ActiveRun | None = None
         self._snapshot: SessionSnapshot | None = None
@@ -57,6 +62,8 @@ class EarlyModelCall:
     def start_from_snapshot(self, profile: Profile) -> None:
         """Start from the transcript this process's last run of the session left, if it has one."""
         assert self._status is _Status.IDLE
+        if not self._enabled:
+            return
         self._snapshot = self._manager.snapshots.take(self._session_id)
         if self._snapshot is not None:
             state = RunState.continued(self._snapshot.transcript, self._request)
@@ -79,13 +86,16 @@ class EarlyModelCall:
     def start(self, state: RunState, first_seq: int, profile: Profile) -> None:
         """Start from the session as read (a new session: from the request)."""
         assert self._status is _Status.IDLE
+        if not self._enabled:
+            return
         self._launch(state, first_seq, profile)
         self._status = _Status.STARTED
 
-    def confirm(self, handle: RunHandle, channel: SessionChannel) -> None:
-        """The claim has committed: the run goes on as the session's, writing to ``channel``."""
+    def confirm(self, handle: RunHandle, channel: SessionChannel, place: Slot | None = None) -> None:
+        """The claim has committed: the run goes on as the session's, writing to ``channel``, and
+        gives ``place`` back when it ends."""
         assert self._status is _Status.STARTED and self._run is not None and self._run.claimed is not None
-        self._run.handle, self._run.channel = handle, channel
+        self._run.handle, self._run.channel, self._run.place = handle, channel, place
         self._manager.adopt(self._run)
         self._run.claimed.set_result(None)
         self._status = _Status.CONFIRMED

@@ -130,10 +130,6 @@ class ReActEngine:
             if self.memory is not None:
                 await self._recall(ctx, state)
             outcome = await self._run(ctx, state, emit, resume, ready)
-            if self.memory is not None and isinstance(outcome, Completed):
-                await self.memory.remember(
-                    _owner(ctx), _last_user_message(state), outcome.answer, ctx.session_id,
-                )
             return outcome
         except asyncio.CancelledError:
             outcome = Failed(ErrorCode.CANCELLED, "the run was cancelled")
@@ -141,6 +137,12 @@ class ReActEngine:
         finally:
             if self.hooks.wants(HookPoint.RUN_END):
                 await self.hooks.call(HookPoint.RUN_END, _run_end(run, outcome, state, time.perf_counter() - started))
+
+    def remember(self, ctx: RunContext, state: RunState, outcome: Outcome) -> None:
+        """Once a completed run's terminal event is written: its turn goes to long-term memory, in
+        the background (``memory.writer``); the run waits for none of it."""
+        if self.memory is not None and isinstance(outcome, Completed):
+            self.memory.remember_later(_owner(ctx), _last_user_message(state), outcome.answer, ctx.session_id)
 
     async def _recall(self, ctx: RunContext, state: RunState) -> None:
         """What the user told the agent before, relevant to this message, into the run's prompts."""

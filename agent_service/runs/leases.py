@@ -29,6 +29,7 @@ from agent_service.runs.endings import CANCELLED, INTERRUPTED, end_with_error, e
 from agent_service.runs.event_log import EventLog
 from agent_service.runs.manager import RunManager
 from agent_service.runs.repository import OrphanRun, RunRepository, SessionRepository
+from shared.cancel_safety import stop_loop
 from shared.protocol import ErrorCode, SessionStatus, utcnow
 from shared.transactions import is_unavailable
 
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 _RENEW_CHUNK = 500
 # Orphans claimed per transaction: small enough that locks are short, large enough for a backlog.
 _RECOVERY_BATCH = 20
+# On shutdown, how long a pass under way (a renewal or a recovery transaction) may take to finish.
+_STOP_GRACE_S = 5.0
 
 
 def new_owner_id() -> str:
@@ -56,6 +59,7 @@ class LeaseKeeper:
         self._metrics = metrics
         self._renew_seconds = renew_seconds
         self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
         # Completed renew-and-recover passes, for whoever needs to wait for the next one.
         self.passes = 0
         self._pass_done = asyncio.Condition()
@@ -65,12 +69,13 @@ class LeaseKeeper:
         return self._manager.owner_id
 
     def start(self) -> None:
+        self._stop.clear()
         self._task = asyncio.create_task(self._loop(), name="agent-lease-keeper")
 
     async def aclose(self) -> None:
+        # Between passes: a pass cancelled half-way would leave its transaction's locks to the database.
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await stop_loop(self._task, self._stop, _STOP_GRACE_S)
             self._task = None
 
     async def wait_for_passes(self, count: int) -> None:
@@ -81,7 +86,11 @@ class LeaseKeeper:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self._renew_seconds)
+            try:
+                await asyncio.wait_for(self._stop.wait(), self._renew_seconds)
+                return
+            except TimeoutError:
+                pass
             # Each step logs and survives its own failure: a database hiccup must not end the
             # renewals (the runs would then be failed by other replicas as orphans).
             for step, failed in ((self.renew, "run leases could not be renewed"),

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.metrics import AgentMetrics
 from agent_service.profiles.schemas import Profile
+from agent_service.runs.admission import capacity_wait
 from agent_service.runs.endings import CANCELLED, INTERRUPTED, Ending, ending_of
 from agent_service.runs.engine import ReActEngine
 from agent_service.runs.event_log import EventLog, EventsNotSaved, RunTakenOver, SessionChannel
@@ -26,6 +27,7 @@ from agent_service.runs.repository import RunRepository, SessionRepository
 from agent_service.runs.schemas import RunHandle
 from agent_service.runs.snapshots import DEFAULT_MAX_BYTES, SessionSnapshot, SessionSnapshots
 from agent_service.runs.state import Completed, Failed, Outcome, Resume, RunContext, RunState
+from shared.admission import Slot
 from shared.logging import session_id_var
 from shared.protocol import ErrorCode, EventType, SessionStatus, UserContext, utcnow
 
@@ -56,6 +58,9 @@ class ActiveRun:
     finishing: bool = False
     # Another replica ended the run after this process's lease expired: write nothing more.
     taken_over: bool = False
+    # Its place among the runs this process executes at once (``admission``), given back when the
+    # task ends; a queued run waits for it before its first model call. None: not admitted here.
+    place: Slot | None = None
 
     @classmethod
     def of(
@@ -139,11 +144,15 @@ class RunManager:
                 return
             run.finishing = True
             await self._finish(run, outcome)
+            if not run.channel.lost:  # else it ended with STORAGE_UNAVAILABLE, whatever the engine said
+                self._engine.remember(run.context, run.state, outcome)
         except RunTakenOver:
             log.warning(_TAKEN_OVER, extra={"run_id": run.handle.run_id})
         except Exception:
             log.exception("run could not be finalised", extra={"run_id": run.handle.run_id})
         finally:
+            if run.place is not None:
+                run.place.release()
             self._metrics.active_runs.dec()
             if self._runs.get(run.handle.session_id) is run:
                 del self._runs[run.handle.session_id]
@@ -152,6 +161,8 @@ class RunManager:
     async def _outcome(self, run: ActiveRun) -> Outcome | None:
         """How the engine's run ended, a cancel included; None for a discarded run."""
         try:
+            if run.place is not None:
+                await run.place.wait(capacity_wait(self._emit(run)))
             outcome = await self._engine.run(run.context, run.state, self._emit(run), run.resume, ready=run.claimed)
             if run.claimed is not None:
                 await run.claimed  # a model that failed at once: its ERROR belongs to a claimed run

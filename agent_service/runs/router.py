@@ -21,6 +21,7 @@ _ERRORS = errors({
     410: "the question expired",
     413: "the body is larger than allowed, or the message or answer longer than the configured limit",
     422: "malformed request: neither a message nor an answer to a session, or a bad field or header",
+    503: "at capacity: every place for a run is taken and the queue for them is full; retry after Retry-After",
 })
 
 

@@ -28,6 +28,7 @@ from agent_service.runs.schemas import RunHandle
 from agent_service.runs.state import Resume, RunState
 from agent_service.runs.validation import check_request, turn_for
 from agent_service.settings import AgentServiceSettings
+from shared.admission import Admission, Slot
 from shared.keyed_lock import KeyedLock
 from shared.protocol import ErrorCode, ExecuteRequest, SessionStatus, UserContext, utcnow
 
@@ -50,8 +51,9 @@ class Claim:
 class RunService:
     def __init__(
         self, *, settings: AgentServiceSettings, sessionmaker: async_sessionmaker, profiles: ProfileStore,
-        manager: RunManager, event_log: EventLog,
+        manager: RunManager, event_log: EventLog, admission: Admission,
     ) -> None:
+        self._admission = admission
         self._settings = settings
         self._sessionmaker = sessionmaker
         self._profiles = profiles
@@ -70,16 +72,28 @@ class RunService:
         check_request(request, idempotency_key, self._settings.max_message_chars)
         profile = self._profiles.get(request.profile_name)  # 404 before anything is written
         session_id = request.session_id or new_session_id or uuid.uuid4().hex
-        async with self._locks(session_id):
-            return await self._start(request, idempotency_key, session_id, profile)
-
-    async def _start(self, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile) -> RunHandle:
+        # Before anything is written: past capacity and queue, a 503 with Retry-After and no trace.
+        place = self._admission.admit()
         try:
-            with EarlyModelCall(self._manager, request, session_id, uuid.uuid4().hex) as early:
+            async with self._locks(session_id):
+                handle = await self._start(request, idempotency_key, session_id, profile, place)
+        except BaseException:
+            place.release()
+            raise
+        if handle.joined:
+            place.release()  # the run it joined has a place of its own
+        return handle
+
+    async def _start(
+        self, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile, place: Slot,
+    ) -> RunHandle:
+        try:
+            # A run that has to wait for its place does not call the model before it has one.
+            with EarlyModelCall(self._manager, request, session_id, uuid.uuid4().hex, enabled=place.granted) as early:
                 if request.session_id is not None and request.answer is None:
                     early.start_from_snapshot(profile)
                 claim = await self._claim(request, key, session_id, profile, early)
-                return claim if isinstance(claim, RunHandle) else self._launch(claim, early)
+                return claim if isinstance(claim, RunHandle) else self._launch(claim, early, place)
         except IntegrityError:
             # A concurrent execute with the same Idempotency-Key (or session id) won the race.
             if key is not None:
@@ -187,18 +201,19 @@ class RunService:
         # The caller's chat history seeds only a new session.
         return RunState.continued(session.transcript, request)
 
-    def _launch(self, claim: Claim, early: EarlyModelCall) -> RunHandle:
+    def _launch(self, claim: Claim, early: EarlyModelCall, place: Slot) -> RunHandle:
         channel = self._log.open_channel(claim.session_id, claim.run_id, claim.first_seq, reserved=claim.reserved)
         # Subscribed before the run can emit: its first events go straight to this execute's
         # stream, never through a log read that would queue behind other runs' group commits.
         live, _, _ = self._log.subscribe(claim.session_id)
         handle = RunHandle(session_id=claim.session_id, run_id=claim.run_id, first_seq=claim.first_seq, live=live)
+        # From here the run owns its place: it gives it back when its task ends.
         if early.started:
-            early.confirm(handle, channel)
+            early.confirm(handle, channel, place)
         else:
-            self._manager.start(
-                ActiveRun.of(handle, claim.profile, claim.user_context, claim.state, claim.resume, channel)
-            )
+            run = ActiveRun.of(handle, claim.profile, claim.user_context, claim.state, claim.resume, channel)
+            run.place = place
+            self._manager.start(run)
         return handle
 
     async def _join(self, request: ExecuteRequest, key: str) -> RunHandle | None:

@@ -33,7 +33,8 @@ async def list_messages(
     "/{conversation_id}/messages",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=MessageAccepted,
-    responses=errors({**_ERRORS, **BODY_ERRORS, 413: "the body or the message is larger than allowed"}),
+    responses=errors({**_ERRORS, **BODY_ERRORS, 413: "the body or the message is larger than allowed",
+                      503: "busy: every place for a reply is taken and the queue is full; retry after Retry-After"}),
 )
 async def post_message(
     conversation_id: str, body: MessageCreate, messages: MessageServiceDep, user: CurrentUser

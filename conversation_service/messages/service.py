@@ -1,8 +1,11 @@
-"""Posting a user message: validate, store once (idempotent on ``client_message_id``), show it on
-the live stream, hand it to the ``ReplyDispatcher``, record the routing decision."""
+"""Posting a user message: validate, take a place for its reply (``turns.admission``: 503 at once when
+there is none, nothing stored), store once (idempotent on ``client_message_id``), show it on the live
+stream, hand it to the ``ReplyDispatcher`` (at once, or once a place is free), record the routing
+decision."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
@@ -18,10 +21,13 @@ from conversation_service.errors import InvalidInput, NotFound, PayloadTooLarge
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import MessageAccepted, RouteOut, message_frame_data
 from conversation_service.metrics import MessageMetrics
-from conversation_service.realtime.frames import MessageCreated, Notice
+from conversation_service.realtime.frames import AgentWaiting, MessageCreated, Notice
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.routing.schemas import RouteDecision
+from conversation_service.tasks import TaskSupervisor
+from conversation_service.turns.admission import capacity_wait
 from conversation_service.turns.leases import TurnLeases
+from shared.admission import Admission, Slot
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +51,18 @@ def _accepted(message: Message, duplicate: bool) -> MessageAccepted:
     )
 
 
+# The route a message waiting for a place is answered with; the routing decision comes once it has one.
+QUEUED_ROUTE = {"target": "pending", "reason": "capacity"}
+
+
 class MessageService:
     def __init__(
         self, sessionmaker: async_sessionmaker, publisher: FramePublisher, dispatcher: ReplyDispatcher,
-        metrics: MessageMetrics, leases: TurnLeases, *, max_chars: int,
+        metrics: MessageMetrics, leases: TurnLeases, *, max_chars: int, admission: Admission,
+        tasks: TaskSupervisor,
     ) -> None:
+        self.admission = admission
+        self._tasks = tasks
         self._leases = leases
         self._sessionmaker = sessionmaker
         self._publisher = publisher
@@ -64,17 +77,24 @@ class MessageService:
             raise PayloadTooLarge(f"message content is limited to {self._max_chars} characters")
         if not content.strip():
             raise InvalidInput("message content is empty")
-        stored = await self._store(user, conversation_id, content, client_message_id)
+        place = self.admission.admit()  # refused: 503 with Retry-After, nothing stored
+        try:
+            stored = await self._store(user, conversation_id, content, client_message_id)
+        except BaseException:
+            place.release()
+            raise
         if isinstance(stored, MessageAccepted):
+            place.release()  # a repeat: the first post's reply has its own
             return stored
         conversation, message = stored
         # Committed before any reply work starts, so the reply's history read includes it.
         await self._publisher.emit(conversation_id, MessageCreated(message_frame_data(message)))
-        route = await self.reply_to(conversation, message)
+        route = await self.reply_to(conversation, message, place)
         self._metrics.posted[route["target"]].inc()
         log.info("message accepted", extra={"message_id": message.id, "route_target": route["target"],
                                             "route_reason": route["reason"], "chars": len(content)})
-        return _accepted(message, duplicate=False)
+        return MessageAccepted(message_id=message.id, conversation_id=message.conversation_id,
+                               route=RouteOut(**route), duplicate=False)
 
     async def _store(
         self, user: AuthenticatedUser, conversation_id: str, content: str, client_message_id: str | None
@@ -109,10 +129,19 @@ class MessageService:
         self._metrics.deduplicated.inc()
         return _accepted(existing, duplicate=True)
 
-    async def reply_to(self, conversation: Conversation, message: Message) -> dict[str, str]:
-        """Start the reply to a stored user message whose turn is open; its routing decision is
-        recorded on the message (as the 202 shows it) and returned."""
-        route = await self._dispatch(conversation, message)
+    async def reply_to(self, conversation: Conversation, message: Message, place: Slot) -> dict[str, str]:
+        """Start the reply to a stored user message whose turn is open, in ``place`` (taken before the
+        message was stored); its routing decision is recorded on the message (as the 202 shows it)
+        and returned. A queued place: the reply starts once it has one (``QUEUED_ROUTE``)."""
+        if not place.granted:
+            self._queue(conversation, message, place)
+            return QUEUED_ROUTE
+        try:
+            with self._tasks.carrying(place):
+                route = await self._dispatch(conversation, message)
+        finally:
+            if not place.carried:
+                place.release()  # no reply task took it: the dispatch failed, or answered nothing here
         metadata = {**(message.agent_metadata or {}), "route": route}
         async with unit_of_work(self._sessionmaker) as session:
             await MessageRepository(session).set_agent_metadata(message.id, metadata)
@@ -130,3 +159,22 @@ class MessageService:
                 "dispatch_failed", "Your message was saved but could not be answered. Please retry."))
             await self._leases.finish(message.id)
             return {"target": "none", "reason": "dispatch_failed"}
+
+    def _queue(self, conversation: Conversation, message: Message, place: Slot) -> None:
+        # The turn is this replica's from now on: its lease is renewed while the message waits.
+        self._leases.held.add(message.id)
+        self._tasks.spawn(self._when_admitted(conversation, message, place), name=f"turn-queued:{message.id}")
+
+    async def _when_admitted(self, conversation: Conversation, message: Message, place: Slot) -> None:
+        async def show(data: dict) -> None:
+            await self._publisher.emit(conversation.id, AgentWaiting(message_id=message.id, **data))
+
+        try:
+            await place.wait(capacity_wait(show))
+        except asyncio.CancelledError:
+            # Shutdown: the turn stays running, released for another replica's takeover.
+            place.release()
+            self._leases.held.discard(message.id)
+            raise
+        route = await self.reply_to(conversation, message, place)
+        log.info("queued message answered", extra={"message_id": message.id, "route_target": route["target"]})

@@ -39,6 +39,7 @@ async def stop_reply(
     responses=errors({
         **_ERRORS, 409: "not the conversation's last reply, not ended yet, a question of the agent's, "
                         "or a reply is still streaming",
+        503: "busy: every place for a reply is taken and the queue is full; retry after Retry-After",
     }),
 )
 async def regenerate_reply(

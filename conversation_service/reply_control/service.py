@@ -35,6 +35,7 @@ from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.reply_control.schemas import RegenerateAccepted, StopAccepted
 from conversation_service.turns.leases import TurnLeases
 from conversation_service.turns.repository import TurnRepository
+from shared.admission import Slot
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,16 @@ class ReplyControl:
             raise Unavailable("the agent could not be reached to stop the reply; try again") from exc
 
     async def regenerate(self, user: AuthenticatedUser, conversation_id: str, message_id: str) -> RegenerateAccepted:
+        place = self._messages.admission.admit()  # refused: 503 with Retry-After, nothing changed
+        try:
+            return await self._regenerate(user, conversation_id, message_id, place)
+        except BaseException:
+            place.release()
+            raise
+
+    async def _regenerate(
+        self, user: AuthenticatedUser, conversation_id: str, message_id: str, place: Slot,
+    ) -> RegenerateAccepted:
         async with unit_of_work(self._sessionmaker) as session:
             conversation = await get_owned_conversation(session, user, conversation_id)
             message = await _message_of(session, conversation_id, message_id)
@@ -114,7 +125,7 @@ class ReplyControl:
         await self._publisher.emit(
             conversation_id, MessageReplaced(message.id, user_message.id),
         )
-        route = await self._messages.reply_to(conversation, user_message)
+        route = await self._messages.reply_to(conversation, user_message, place)
         log.info("reply regenerated", extra={"message_id": message.id, "route_target": route["target"]})
         return RegenerateAccepted(replaced_message_id=message.id, in_reply_to=user_message.id,
                                   route=RouteOut(target=route["target"], reason=route["reason"]))

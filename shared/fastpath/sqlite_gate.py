@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import event
+from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_
 
-__all__ = ["SQLiteWriteGate", "gate_writers"]
+__all__ = ["SQLiteWriteGate", "gate_writers", "write_gate"]
 
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLAC")
 WRITE_WAIT_S = 30.0
@@ -50,9 +52,23 @@ class SQLiteWriteGate:
         if self._lock is not None and self._lock.locked():
             self._lock.release()
 
+    @property
+    def held(self) -> bool:
+        """Whether a connection has the write turn now (health checks and tests)."""
+        return self._lock is not None and self._lock.locked()
+
+
+# The gate of each gated engine, for ``write_gate``; an engine disposed of and dropped takes its own.
+_gates: WeakKeyDictionary[Engine, SQLiteWriteGate] = WeakKeyDictionary()
+
+
+def write_gate(engine: AsyncEngine) -> SQLiteWriteGate | None:
+    """The write gate of ``engine``, or None when it has none (PostgreSQL)."""
+    return _gates.get(engine.sync_engine)
+
 
 def gate_writers(engine: AsyncEngine) -> None:
-    gate = SQLiteWriteGate()
+    gate = _gates[engine.sync_engine] = SQLiteWriteGate()
     held = "sqlite_write_gate"
 
     @event.listens_for(engine.sync_engine, "before_cursor_execute")

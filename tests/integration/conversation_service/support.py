@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -111,18 +112,32 @@ async def connect_not_reading(
 
 
 class Reader:
-    """Reads a WebSocket continuously in a task and lets the test wait for a number of frames."""
+    """Reads a WebSocket continuously in a task and lets the test wait for a number of frames, or for
+    one that matches; ``received_at`` holds when each frame arrived (``time.monotonic()``)."""
 
     def __init__(self, ws) -> None:
         self.ws = ws
         self.frames: list[dict] = []
+        self.received_at: list[float] = []
         self._changed = asyncio.Event()
         self.task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
         async for raw in self.ws:
             self.frames.append(json.loads(raw))
+            self.received_at.append(time.monotonic())
             self._changed.set()
+
+    async def first(self, matches, timeout: float = 10.0) -> dict:
+        """The first frame ``matches`` accepts, once it has arrived."""
+        async with asyncio.timeout(timeout):
+            while not any(matches(f) for f in self.frames):
+                if self.task.done():
+                    self.task.result()
+                    raise AssertionError(f"connection ended after {len(self.frames)} frames")
+                self._changed.clear()
+                await self._changed.wait()
+        return next(f for f in self.frames if matches(f))
 
     async def wait_for(self, count: int, timeout: float) -> None:
         async with asyncio.timeout(timeout):

@@ -54,12 +54,15 @@ class Stack:
 
 
 @asynccontextmanager
-async def agent_service(database_url: str, tmp_path, *, tools: Any = None, **overrides: Any) -> AsyncIterator[str]:
+async def agent_service(
+    database_url: str, tmp_path, *, tools: Any = None, provider: Any = None, **overrides: Any,
+) -> AsyncIterator[str]:
     settings = AgentServiceSettings(
         database_url=database_url, api_keys=[AGENT_KEY], migrate_on_start=True,
         knowledge_dir=tmp_path / "no-docs", **overrides,
     )
-    app = create_agent_app(settings, provider=BuiltinProvider(first_token_delay=0, chunk_delay=0), tools=tools)
+    provider = provider or BuiltinProvider(first_token_delay=0, chunk_delay=0)
+    app = create_agent_app(settings, provider=provider, tools=tools)
     async with serve_app(app) as url:
         yield url
 

@@ -3,6 +3,8 @@ the agent in one conversation is recalled in a new one, for her only; she can li
 
 from __future__ import annotations
 
+import asyncio
+
 import websockets
 
 from tests.integration.conversation_service.support import auth, token, ws_url
@@ -25,10 +27,19 @@ async def _agent_reply(stack, user: str, text: str, headers: dict | None = None)
     return final_of(frames)["data"]["content"]
 
 
+async def _remembered(stack, user: str, count: int) -> None:
+    """Wait until ``user`` has ``count`` memories: a turn is remembered in the background after the
+    agent's reply ended, so a question asked at once may come before it is written."""
+    async with asyncio.timeout(10):
+        while len((await stack.http.get(f"{stack.chat_url}/memory", headers=auth(user))).json()["items"]) < count:
+            await asyncio.sleep(0.02)  # the write is in another service's background queue: nothing to wait on here
+
+
 async def test_a_new_conversation_recalls_what_the_user_said_and_only_for_her(database_factory, tmp_path):
     agent_db, chat_db = await database_factory("agent"), await database_factory("chat")
     async with agent_service(agent_db, tmp_path) as agent_url, chat_service(chat_db, agent_url) as stack:
         told = await _agent_reply(stack, "alice", "/agent remember that my favourite colour is green")
+        await _remembered(stack, "alice", 1)
         recalled = await _agent_reply(stack, "alice", "/agent what is my favourite colour?")
         bob = await _agent_reply(stack, "bob", "/agent what is my favourite colour?")
         other_org = {"Authorization": f"Bearer {token('alice', 'globex')}"}
@@ -43,6 +54,8 @@ async def test_a_user_sees_and_deletes_only_her_own_memory(database_factory, tmp
     async with agent_service(agent_db, tmp_path) as agent_url, chat_service(chat_db, agent_url) as stack:
         await _agent_reply(stack, "alice", "/agent remember that my favourite colour is green")
         await _agent_reply(stack, "bob", "/agent remember that my favourite colour is blue")
+        await _remembered(stack, "alice", 1)
+        await _remembered(stack, "bob", 1)
         base = stack.chat_url
         mine = (await stack.http.get(f"{base}/memory", headers=auth("alice"))).json()["items"]
         bobs = (await stack.http.get(f"{base}/memory", headers=auth("bob"))).json()["items"]

@@ -12,6 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from shared import db
 from shared.fastpath import sqlite_gate
+from tests.support.faults import cancel_statements, held_by
 
 
 @pytest.fixture
@@ -88,3 +89,25 @@ async def test_a_writer_that_gets_no_turn_fails_with_a_clear_error(engine, monke
 async def test_many_concurrent_writers_all_commit(engine) -> None:
     await asyncio.wait_for(asyncio.gather(*(_insert(engine, f"w{i}") for i in range(50))), 30)
     assert sorted(await _rows(engine)) == sorted(f"w{i}" for i in range(50))
+
+
+@pytest.mark.parametrize("statement", ["INSERT INTO t (who) VALUES ('cancelled') RETURNING id", "UPDATE t SET who = 'x'"])
+async def test_a_statement_cancelled_half_way_leaves_the_database_free_for_the_next_writer(
+    engine, statement: str,
+) -> None:
+    # A task cancelled while its write is in the driver (a timeout around a store call): the cursor
+    # of an INSERT ... RETURNING still had its rows. Dropping the connection left SQLite's write lock
+    # held until a garbage collection, the gate free: every writer then failed after 30 s.
+    async def write() -> None:
+        async with engine.begin() as conn:
+            await conn.execute(text(statement))
+
+    with cancel_statements(engine, where=lambda sql: sql.startswith(statement[:6])) as cancelled:
+        victim = asyncio.create_task(write())
+        with pytest.raises(asyncio.CancelledError):
+            await victim
+    assert cancelled
+    assert await held_by(engine) == []
+    async with asyncio.timeout(2):
+        await _insert(engine, "next")
+    assert "next" in await _rows(engine)

@@ -14,6 +14,8 @@ ALICE = {"user_id": "alice", "org_id": "acme"}
 async def _ask(agent, user: dict, message: str = ASK):
     result = await agent.execute(message, body={"user_context": user})
     assert result.last.type.value == "COMPLETE", result.last.data
+    # The turn is remembered after COMPLETE, in the background: the next question comes once it is.
+    await agent.app.state.agent.memory.written()
     return result.last.data["answer"]
 
 

@@ -42,8 +42,9 @@ class Store:
 
 
 def _memory(store, budget: int = 1000, **health) -> LongTermMemory:
-    return LongTermMemory(store, MemoryHealth(**health), AgentMetrics().memory_failures, token_budget=budget,
-                          recency_half_life_s=DAY, timeout_s=1)
+    metrics = AgentMetrics()
+    return LongTermMemory(store, MemoryHealth(**health), metrics.memory_failures, metrics.memory_writes_dropped,
+                          token_budget=budget, recency_half_life_s=DAY, timeout_s=1)
 
 
 async def test_recall_keeps_top_k_within_the_token_budget() -> None:
