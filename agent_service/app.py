@@ -2,7 +2,7 @@
 
 The lifespan reads top to bottom: one builder per part, entered on one ``AsyncExitStack`` in the
 order the parts depend on each other, so that shutdown, and a start that fails half-way, close in
-reverse what was opened. The routes reach the parts through ``deps``. A provider or tool set handed
+reverse what was opened. The routes reach the parts (``AgentState``) through the ``deps`` modules. A provider or tool set handed
 in (tests, another host) is used as is and left open; by default both are built from the settings.
 """
 
@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 
 import httpx
 from fastapi import FastAPI
@@ -25,7 +26,6 @@ from agent_service.a2a.reader import TaskReader
 from agent_service.a2a.service import A2AService
 from agent_service.a2a.streams import TaskStreams
 from agent_service.a2a.transport import A2AParts
-from agent_service.deps import AgentState
 from agent_service.errors import install_error_handlers
 from agent_service.events.event_log import EventLog
 from agent_service.events.live_tail import build_notifier
@@ -68,6 +68,28 @@ from shared.rate_limit import RateLimiter, build_limiter, default_model
 from shared.serving import Shutdown
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentState:
+    """What the lifespan started, on ``app.state.agent``; the routes read it through the ``Annotated``
+    aliases of ``deps.py`` and of each domain (beside its router, or in its ``deps.py``)."""
+
+    settings: AgentServiceSettings
+    metrics: AgentMetrics
+    db_engine: AsyncEngine
+    profiles: ProfileStore
+    run_manager: RunManager
+    lease_keeper: LeaseKeeper
+    run_service: RunService
+    session_service: SessionService
+    streamer: EventStreamer
+    # None when AGENT_SERVICE_MEMORY_ENABLED is off.
+    memory: LongTermMemory | None = None
+    # Access tokens of the identity provider (AGENT_SERVICE_AUTH_OIDC_ISSUER); None: API keys only.
+    token_verifier: AccessTokenVerifier | None = None
+    # The A2A server's parts (its routes reach them through ``agent_service.a2a.transport.parts``).
+    a2a: A2AParts | None = None
 
 
 async def build_storage(stack: AsyncExitStack, settings: AgentServiceSettings) -> AsyncEngine:

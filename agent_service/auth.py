@@ -8,11 +8,12 @@ from __future__ import annotations
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from agent_service.deps import SettingsDep
 from agent_service.errors import IdentityProviderUnavailable, Unauthorized
+from shared.app_state import started
 from shared.oidc.errors import InvalidToken, ProviderUnavailable
 from shared.oidc.verifier import AccessTokenVerifier
 
@@ -31,14 +32,10 @@ def key_is_valid(presented: str, keys: list[str]) -> bool:
     return valid
 
 
-async def _token_verifier(request: Request) -> AccessTokenVerifier | None:
-    return request.app.state.agent.token_verifier
-
-
 async def require_caller(
     settings: SettingsDep, presented: Annotated[str | None, Depends(_api_key_header)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    verifier: Annotated[AccessTokenVerifier | None, Depends(_token_verifier)],
+    verifier: Annotated[AccessTokenVerifier | None, Depends(started("agent", "token_verifier"))],
 ) -> None:
     if presented is not None:
         if settings.api_keys and key_is_valid(presented, settings.api_keys):

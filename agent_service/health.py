@@ -8,8 +8,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from agent_service.deps import DatabaseDep, MemoryDep, MetricsDep
+from agent_service.deps import DatabaseDep, MetricsDep
 from agent_service.errors import NotReady
+from agent_service.memory.deps import MemoryDep
 from shared.http_contract import METRICS_RESPONSE, errors
 from shared.metrics_export import render_metrics
 

@@ -1,56 +1,35 @@
-"""Request dependencies as ``Annotated`` aliases: a route's signature says what it needs and
-what it checks (``CurrentUser``: a valid token; ``OwnedConversation``: the caller owns it).
+"""The service-wide request dependencies as ``Annotated`` aliases: a route's signature says what it
+needs and what it checks (``CurrentUser``: a valid token or page session; ``SessionDep``: the
+request's unit of work). A domain's own parts have their aliases beside its router, or in its
+package's ``deps.py`` when other packages use them too (``OwnedConversation`` in
+``conversations/deps.py``, ``AuthDep`` in ``auth/deps.py``, ``MessageServiceDep`` in ``messages/deps.py``).
 
-The started parts are read from ``app.state`` here and nowhere else in the service's code (by
-coroutines: FastAPI runs a plain function dependency in a worker thread).
+The started parts are read from ``app.state`` through ``shared.app_state.started`` only.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated, Any
+from collections.abc import AsyncIterator
+from typing import Annotated
 
-from fastapi import Depends, Path
+from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
-from conversation_service.agent_client import AgentServiceClient
-from conversation_service.auth.guard import Authentication
+from conversation_service.auth.deps import AuthDep
 from conversation_service.auth.tokens import AuthenticatedUser
-from conversation_service.conversations.service import get_owned_conversation
-from conversation_service.db.models import Conversation
 from conversation_service.db.repository import unit_of_work
-from conversation_service.dead_letters.replay import DeadLetterReplayer
-from conversation_service.interactions.service import AnswerService
-from conversation_service.lifespan import AgentParts, Realtime, Storage
-from conversation_service.messages.service import MessageService
+from conversation_service.db.storage import Storage
 from conversation_service.metrics import ConversationMetrics
-from conversation_service.reply_control.service import ReplyControl
+from conversation_service.realtime.parts import Realtime
 from conversation_service.settings import ConversationSettings
+from shared.app_state import started
 
-
-def _state(name: str, part: str | None = None) -> Callable[[HTTPConnection], Awaitable[Any]]:
-    """A dependency that reads ``app.state.<name>`` (and its ``<part>``)."""
-
-    async def started_part(conn: HTTPConnection) -> Any:
-        value = getattr(conn.app.state, name)
-        return value if part is None else getattr(value, part)
-
-    return started_part
-
-
-SettingsDep = Annotated[ConversationSettings, Depends(_state("settings"))]
-MetricsDep = Annotated[ConversationMetrics, Depends(_state("metrics"))]
-StorageDep = Annotated[Storage, Depends(_state("storage"))]
-RealtimeDep = Annotated[Realtime, Depends(_state("realtime"))]
-AgentDep = Annotated[AgentParts, Depends(_state("agent"))]
-MessageServiceDep = Annotated[MessageService, Depends(_state("messages"))]
-AnswerServiceDep = Annotated[AnswerService, Depends(_state("agent", "answers"))]
-DeadLetterReplayerDep = Annotated[DeadLetterReplayer, Depends(_state("dead_letters"))]
-AgentClientDep = Annotated[AgentServiceClient, Depends(_state("agent_client"))]
-ReplyControlDep = Annotated[ReplyControl, Depends(_state("reply_control"))]
-AuthDep = Annotated[Authentication, Depends(_state("auth"))]
+SettingsDep = Annotated[ConversationSettings, Depends(started("settings"))]
+MetricsDep = Annotated[ConversationMetrics, Depends(started("metrics"))]
+StorageDep = Annotated[Storage, Depends(started("storage"))]
+RealtimeDep = Annotated[Realtime, Depends(started("realtime"))]
 
 
 async def get_session(storage: StorageDep) -> AsyncIterator[AsyncSession]:
@@ -80,12 +59,3 @@ async def get_current_user(
 
 
 CurrentUser = Annotated[AuthenticatedUser, Depends(get_current_user)]
-
-
-async def get_owned(
-    session: SessionDep, user: CurrentUser, conversation_id: Annotated[str, Path(max_length=64)]
-) -> Conversation:
-    return await get_owned_conversation(session, user, conversation_id)
-
-
-OwnedConversation = Annotated[Conversation, Depends(get_owned)]

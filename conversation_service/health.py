@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
-from conversation_service.deps import AgentDep, MetricsDep, RealtimeDep, StorageDep
+from conversation_service.deps import MetricsDep, RealtimeDep, StorageDep
+from conversation_service.lifespan import AgentParts
+from shared.app_state import started
 from shared.metrics_export import render_metrics
 
 router = APIRouter(tags=["operations"])
+AgentDep = Annotated[AgentParts, Depends(started("agent"))]
 
 
 @router.get("/health")

@@ -4,7 +4,8 @@ closes everything in reverse (replies and turns stop before the frame writer's l
 writer before the hub, the hub before the database).
 
 Each part is put on ``app.state`` under its name (``storage``, ``realtime``, ``agent``...), typed by
-the dataclasses below; requests reach them through the ``Annotated`` dependencies of ``deps``.
+``db/storage.py``, ``realtime/parts.py`` and the dataclass below; requests reach them through the
+``Annotated`` dependencies of ``deps`` (the service-wide ones) and of each package's ``deps.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from urllib.parse import parse_qsl
 
 import httpx
 from fastapi import FastAPI
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from conversation_service.agent_client import AgentServiceClient
 from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
@@ -31,6 +31,7 @@ from conversation_service.auth.login import LoginFlow
 from conversation_service.auth.sessions import WebSessions
 from conversation_service.db import migrate
 from conversation_service.db.repository import unit_of_work
+from conversation_service.db.storage import Storage
 from conversation_service.dead_letters.replay import DeadLetterReplayer
 from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.history.extractor import HistoryExtractor
@@ -40,6 +41,7 @@ from conversation_service.interactions.service import AnswerService
 from conversation_service.messages.service import MessageService
 from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.hub import Hub, InProcessHub, RedisHub
+from conversation_service.realtime.parts import Realtime
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.realtime.repository import FrameRepository
 from conversation_service.realtime.reservations import SeqReservations
@@ -68,27 +70,6 @@ from shared.rate_limit import RateLimiter, build_limiter, default_model
 from shared.transactions import Transactions
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Storage:
-    engine: AsyncEngine
-    sessionmaker: async_sessionmaker
-    # The turn leases' renewals and takeovers: a pool of their own (``create_lease_engine``).
-    lease_sessionmaker: async_sessionmaker
-    # Background work's transactions, run again while the database is briefly away.
-    transactions: Transactions
-
-
-@dataclass(frozen=True, slots=True)
-class Realtime:
-    """A conversation's live stream: seqs, the frame log's group commit, fan-out, and the one way
-    to put a frame on it (``publisher``)."""
-
-    hub: Hub
-    seq: SeqAllocator
-    writer: FrameWriter
-    publisher: FramePublisher
 
 
 @dataclass(frozen=True, slots=True)

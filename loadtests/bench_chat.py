@@ -40,7 +40,7 @@ import websockets
 
 from conversation_service.auth.tokens import issue_token
 from conversation_service.routing.router import MessageRouter
-from conversation_service.routing.settings import RoutingSettings
+from conversation_service.settings.routing import RoutingSettings
 from loadtests.common import (
     JWT_SECRET,
     REPO_ROOT,

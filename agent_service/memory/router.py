@@ -11,8 +11,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from agent_service.auth import ApiKey
-from agent_service.deps import MemoryDep
 from agent_service.errors import MemoryNotFound, MemoryOff
+from agent_service.memory.deps import MemoryDep
 from agent_service.memory.recall import LongTermMemory
 from agent_service.memory.store import Owner
 from shared.http_contract import errors

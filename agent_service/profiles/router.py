@@ -1,13 +1,17 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
 
 from agent_service.auth import ApiKey
-from agent_service.deps import ProfilesDep
+from agent_service.profiles.service import ProfileStore
+from shared.app_state import started
 from shared.http_contract import errors
 from shared.protocol import ProfileInfo
 
 router = APIRouter(prefix="/api/v1/agent", tags=["profiles"])
+ProfilesDep = Annotated[ProfileStore, Depends(started("agent", "profiles"))]
 
 
 @router.get("/profiles", response_model=list[ProfileInfo], responses=errors({401: "missing or invalid X-API-Key"}))

@@ -2,15 +2,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Depends, Header
 
 from agent_service.auth import ApiKey
-from agent_service.deps import RunServiceDep, StreamerDep
+from agent_service.events.deps import StreamerDep
 from agent_service.events.streaming import EventStreamResponse
+from agent_service.runs.service import RunService
+from shared.app_state import started
 from shared.http_contract import BODY_ERRORS, errors, event_stream
 from shared.protocol import ExecuteRequest
 
 router = APIRouter(prefix="/api/v1/agent", tags=["runs"])
+RunServiceDep = Annotated[RunService, Depends(started("agent", "run_service"))]
 
 # JSON ErrorBody, although the success is an event stream: the answer is refused before it starts.
 _ERRORS = errors({

@@ -5,13 +5,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 
 from agent_service.auth import ApiKey
-from agent_service.deps import SessionServiceDep, StreamerDep
+from agent_service.events.deps import StreamerDep
 from agent_service.events.streaming import EventStreamResponse
+from agent_service.sessions.service import SessionService
+from shared.app_state import started
 from shared.http_contract import errors, event_stream
 from shared.logging import session_id_var
 from shared.protocol import MAX_ID_CHARS, SessionStatusResponse
 
 router = APIRouter(prefix="/api/v1/agent/sessions", tags=["sessions"])
+SessionServiceDep = Annotated[SessionService, Depends(started("agent", "session_service"))]
 
 
 

@@ -31,7 +31,6 @@ from conversation_service.agent_delegation.processor import (
     TurnOutcomeKind,
 )
 from conversation_service.agent_delegation.schemas import TurnAttempt, TurnRequest
-from conversation_service.agent_delegation.settings import DelegationSettings
 from conversation_service.agent_delegation.turns import ConversationTurns, PreparedTurn, TurnRegistry
 from conversation_service.agent_sessions.errors import AgentSessionConflict
 from conversation_service.agent_sessions.repository import AgentSessionRepository
@@ -57,7 +56,8 @@ from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.replies.endings import Failed
 from conversation_service.replies.policy import Action, action_for, failure_reason, says_agent_unhealthy
 from conversation_service.resilience.breaker import CircuitBreaker, CircuitOpenError
-from conversation_service.routing.schemas import FALLBACK_NOTICE
+from conversation_service.settings.delegation import DelegationSettings
+from conversation_service.settings.routing import FALLBACK_NOTICE
 from conversation_service.tasks import TaskSupervisor
 from conversation_service.turns.leases import TurnLeases, TurnLeftRunning
 from shared.fastpath.deferred import DeferredWrite

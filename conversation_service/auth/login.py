@@ -22,8 +22,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from conversation_service.auth.authenticator import user_of
 from conversation_service.auth.sealing import derive, seal_text, unseal_text
-from conversation_service.auth.settings import ChatOIDCSettings
 from conversation_service.auth.tokens import AuthenticatedUser
+from conversation_service.settings.auth import ChatOIDCSettings
 from shared.oidc.errors import InvalidToken, OIDCError, ProviderUnavailable
 from shared.oidc.token_endpoint import TokenEndpoint
 from shared.oidc.verifier import AccessTokenVerifier, claim

@@ -15,12 +15,12 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
+from conversation_service.auth.deps import AuthDep, OIDCSettingsDep
 from conversation_service.auth.login import SignInFailed
 from conversation_service.auth.schemas import SessionInfo, SessionUser, SignedOut
 from conversation_service.auth.sessions import CSRF_HEADER, WebSessions
-from conversation_service.deps import AuthDep, SettingsDep
 from conversation_service.errors import Forbidden, NotFound
-from conversation_service.settings import ConversationSettings
+from conversation_service.settings.auth import ChatOIDCSettings
 from shared.oidc.errors import ProviderUnavailable
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,8 @@ router = APIRouter(prefix="/auth", tags=["sign-in"])
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-def _redirect_uri(request: Request, settings: ConversationSettings) -> str:
-    return settings.oidc.redirect_uri or str(request.url_for("auth_callback"))
+def _redirect_uri(request: Request, oidc: ChatOIDCSettings) -> str:
+    return oidc.redirect_uri or str(request.url_for("auth_callback"))
 
 
 def _signin_error(code: str) -> RedirectResponse:
@@ -62,22 +62,23 @@ async def session_info(request: Request, response: Response, auth: AuthDep) -> S
 
 
 @router.get("/login", include_in_schema=False)
-async def login(request: Request, auth: AuthDep, settings: SettingsDep,
+async def login(request: Request, auth: AuthDep, oidc: OIDCSettingsDep,
                 return_to: Annotated[str | None, Query(max_length=2000)] = None) -> Response:
     if auth.login is None or auth.sessions is None:
         raise NotFound("this service has no sign-in page: AUTH_OIDC_CLIENT_ID is not set")
     try:
-        url, pending = await auth.login.begin(return_to, _redirect_uri(request, settings))
+        url, pending = await auth.login.begin(return_to, _redirect_uri(request, oidc))
     except ProviderUnavailable as exc:
         log.warning("sign-in could not start", extra={"reason": str(exc)})
         return _signin_error("unavailable")
     response = RedirectResponse(url, status_code=302, headers=NO_STORE)
-    _set_cookie(response, auth.sessions, auth.sessions.login_cookie_name, pending, settings.session.login_timeout_s)
+    _set_cookie(response, auth.sessions, auth.sessions.login_cookie_name, pending,
+                auth.sessions.settings.login_timeout_s)
     return response
 
 
 @router.get("/callback", name="auth_callback", include_in_schema=False)
-async def callback(request: Request, auth: AuthDep, settings: SettingsDep) -> Response:
+async def callback(request: Request, auth: AuthDep) -> Response:
     if auth.login is None or auth.sessions is None:
         raise NotFound("this service has no sign-in page: AUTH_OIDC_CLIENT_ID is not set")
     sessions = auth.sessions
@@ -90,13 +91,13 @@ async def callback(request: Request, auth: AuthDep, settings: SettingsDep) -> Re
     else:
         secret = await sessions.create(signed_in)
         response = RedirectResponse(return_to, status_code=303, headers=NO_STORE)
-        _set_cookie(response, sessions, sessions.cookie_name, secret, settings.session.max_age_s)
+        _set_cookie(response, sessions, sessions.cookie_name, secret, sessions.settings.max_age_s)
     _clear_cookie(response, sessions, sessions.login_cookie_name)
     return response
 
 
 @router.post("/logout", response_model=SignedOut)
-async def logout(request: Request, response: Response, auth: AuthDep, settings: SettingsDep) -> SignedOut:
+async def logout(request: Request, response: Response, auth: AuthDep, oidc: OIDCSettingsDep) -> SignedOut:
     """Ends the page's session (needs its X-CSRF-Token); the answer says where the browser signs
     out at the provider too."""
     response.headers.update(NO_STORE)
@@ -109,6 +110,6 @@ async def logout(request: Request, response: Response, auth: AuthDep, settings: 
     _clear_cookie(response, auth.sessions, auth.sessions.cookie_name)
     if tokens.get("refresh_token"):
         await auth.login.revoke(tokens["refresh_token"])
-    page = urlsplit(_redirect_uri(request, settings))
+    page = urlsplit(_redirect_uri(request, oidc))
     url = await auth.login.end_session_url(tokens.get("id_token"), f"{page.scheme}://{page.netloc}/")
     return SignedOut(redirect=url or "/")

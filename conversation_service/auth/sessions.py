@@ -23,11 +23,11 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from conversation_service.auth.login import LoginFlow, SignedIn
 from conversation_service.auth.repository import WebSessionRepository
 from conversation_service.auth.sealing import derive, lookup_id, new_secret, seal, tag, unseal
-from conversation_service.auth.settings import WebSessionSettings
 from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.db.models import WebSession
 from conversation_service.db.repository import unit_of_work
 from conversation_service.errors import Unavailable
+from conversation_service.settings.auth import WebSessionSettings
 from shared.keyed_lock import KeyedLock
 from shared.oidc.errors import InvalidToken, ProviderUnavailable, TokenRequestRefused
 

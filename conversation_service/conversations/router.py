@@ -5,13 +5,14 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Query, Response, status
 
 from conversation_service.conversations import service
+from conversation_service.conversations.deps import OwnedConversation
 from conversation_service.conversations.schemas import (
     ConversationCreate,
     ConversationList,
     ConversationOut,
     ConversationUpdate,
 )
-from conversation_service.deps import CurrentUser, OwnedConversation, RealtimeDep, SessionDep
+from conversation_service.deps import CurrentUser, RealtimeDep, SessionDep
 from conversation_service.realtime.frames import ConversationDeleted
 from shared.http_contract import BODY_ERRORS, errors
 

@@ -9,10 +9,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path
 
-from conversation_service.deps import DeadLetterReplayerDep, SettingsDep
+from conversation_service.dead_letters.replay import DeadLetterReplayer
+from conversation_service.deps import SettingsDep
 from conversation_service.errors import NotFound, Unauthorized
+from shared.app_state import started
 
 router = APIRouter(prefix="/operator", include_in_schema=False)
+DeadLetterReplayerDep = Annotated[DeadLetterReplayer, Depends(started("dead_letters"))]
 
 OPERATOR_KEY_HEADER = "X-Operator-Key"
 

@@ -15,11 +15,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from conversation_service.history.context import map_role
 from conversation_service.history.schemas import HistoryRecord, HistoryResult, HistoryStats
-from conversation_service.history.settings import HistorySettings, HistoryStrategyName
 from conversation_service.history.strategies import Window, clip_content, fit_newest
 from conversation_service.history.summarizer import Summarizer, SummaryError, plan_chunks
 from conversation_service.history.summary_cache import CachedSummary, InMemorySummaryCache, SummaryCache
 from conversation_service.history.tokens import HistoryItem, TokenCounter
+from conversation_service.settings.history import HistorySettings, HistoryStrategyName
 from shared.keyed_lock import KeyedLock
 from shared.llm.base import LLMProvider
 from shared.protocol import ChatMessage, Role, utcnow

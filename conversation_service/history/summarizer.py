@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from conversation_service.history.settings import HistorySettings
 from conversation_service.history.tokens import HistoryItem
+from conversation_service.settings.history import HistorySettings
 from shared.llm.base import (
     CompletionOptions,
     LLMDone,

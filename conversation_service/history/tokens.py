@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from conversation_service.history.settings import HistorySettings
+from conversation_service.settings.history import HistorySettings
 from shared.protocol import Role
 from shared.tokens import count_message_tokens, get_encoding
 

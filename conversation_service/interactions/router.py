@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Depends, Query, status
 
 from conversation_service.agent_sessions.repository import AgentSessionRepository
+from conversation_service.conversations.deps import OwnedConversation
 from conversation_service.db.models import InteractionStatus
-from conversation_service.deps import AnswerServiceDep, CurrentUser, OwnedConversation, SessionDep
+from conversation_service.deps import CurrentUser, SessionDep
 from conversation_service.interactions.repository import InteractionRepository
 from conversation_service.interactions.schemas import (
     AgentAnswerAccepted,
@@ -18,12 +19,15 @@ from conversation_service.interactions.schemas import (
     AgentSessionOut,
     PendingQuestionOut,
 )
+from conversation_service.interactions.service import AnswerService
+from shared.app_state import started
 from shared.http_contract import BODY_ERRORS, errors
 from shared.protocol import utcnow
 
 _ERRORS = {401: "missing, invalid or expired bearer token", 404: "no such conversation of the caller's"}
 
 router = APIRouter(prefix="/conversations", tags=["agent"])
+AnswerServiceDep = Annotated[AnswerService, Depends(started("agent", "answers"))]
 
 
 @router.post(

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends, Path
 
-from conversation_service.agent_client import AgentNotFoundError, AgentServiceError
+from conversation_service.agent_client import AgentNotFoundError, AgentServiceClient, AgentServiceError
 from conversation_service.auth.tokens import AuthenticatedUser
-from conversation_service.deps import AgentClientDep, CurrentUser
+from conversation_service.deps import CurrentUser
 from conversation_service.errors import NotFound, Unavailable
+from shared.app_state import started
 from shared.http_contract import errors
 from shared.protocol import MemoryDeleted, MemoryList, UserContext
 
 router = APIRouter(prefix="/memory", tags=["memory"])
+AgentClientDep = Annotated[AgentServiceClient, Depends(started("agent_client"))]
 
 _ERRORS = errors({
     401: "missing, invalid or expired bearer token",

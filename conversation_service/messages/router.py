@@ -4,7 +4,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from conversation_service.deps import CurrentUser, MessageServiceDep, OwnedConversation, SessionDep
+from conversation_service.conversations.deps import OwnedConversation
+from conversation_service.deps import CurrentUser, SessionDep
+from conversation_service.messages.deps import MessageServiceDep
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import MessageAccepted, MessageCreate, MessageList, MessageOut
 from conversation_service.messages.streaming import with_streamed_text

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from typing import Annotated
 
-from conversation_service.deps import CurrentUser, ReplyControlDep
+from fastapi import APIRouter, Depends, status
+
+from conversation_service.deps import CurrentUser
 from conversation_service.reply_control.schemas import RegenerateAccepted, StopAccepted
+from conversation_service.reply_control.service import ReplyControl
+from shared.app_state import started
 from shared.http_contract import errors
 
 router = APIRouter(prefix="/conversations", tags=["messages"])
+ReplyControlDep = Annotated[ReplyControl, Depends(started("reply_control"))]
 
 _ERRORS = {401: "missing, invalid or expired bearer token",
            404: "no such conversation of the caller's, or no such message in it"}

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from conversation_service.routing.schemas import RouteDecision, RouteReason, RouteTarget
-from conversation_service.routing.settings import RoutingSettings
+from conversation_service.settings.routing import RoutingSettings
 
 logger = logging.getLogger(__name__)
 

@@ -6,10 +6,6 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-# Spec Risk 2: the words users see when the agent path is down and chat falls back.
-FALLBACK_NOTICE = "Advanced features temporarily unavailable, using standard chat"
-DISABLED_NOTICE = "Agent features are not enabled here, using standard chat"
-
 
 class RouteTarget(StrEnum):
     AGENT = "AGENT"

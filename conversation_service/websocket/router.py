@@ -22,28 +22,24 @@ from fastapi import APIRouter, WebSocket
 from pydantic import ValidationError
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from conversation_service.auth.deps import AuthDep
 from conversation_service.auth.guard import origin_allowed
 from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.conversations.service import get_owned_conversation
 from conversation_service.db.repository import unit_of_work
-from conversation_service.deps import (
-    AuthDep,
-    MessageServiceDep,
-    MetricsDep,
-    RealtimeDep,
-    SettingsDep,
-    StorageDep,
-)
+from conversation_service.db.storage import Storage
+from conversation_service.deps import MetricsDep, RealtimeDep, SettingsDep, StorageDep
 from conversation_service.errors import (
     WS_MESSAGE_TOO_BIG,
     WS_POLICY_VIOLATION,
     WS_TRY_AGAIN_LATER,
     ServiceError,
 )
-from conversation_service.lifespan import Realtime, Storage
+from conversation_service.messages.deps import MessageServiceDep
 from conversation_service.messages.schemas import MessageCreate
 from conversation_service.messages.service import MessageService
 from conversation_service.metrics import WebSocketMetrics
+from conversation_service.realtime.parts import Realtime
 from conversation_service.settings import ConversationSettings
 from conversation_service.websocket.auth import (
     CloseRequest,

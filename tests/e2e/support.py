@@ -18,10 +18,10 @@ from playwright.async_api import Locator, Page, WebSocketRoute
 
 from agent_service.app import create_app as create_agent_app
 from agent_service.settings import AgentServiceSettings
-from conversation_service.agent_delegation.settings import DelegationSettings
 from conversation_service.app import create_app as create_chat_app
 from conversation_service.auth.tokens import issue_token
 from conversation_service.settings import ConversationSettings
+from conversation_service.settings.delegation import DelegationSettings
 from conversation_service.websocket.protocol import server_options
 from shared.llm.builtin import BuiltinProvider
 from tests.support.servers import free_port, serve_app

@@ -14,8 +14,8 @@ import json
 
 import httpx
 
-from conversation_service.agent_delegation.settings import DelegationSettings
 from conversation_service.realtime.frames import FrameType, MessageDelta
+from conversation_service.settings.delegation import DelegationSettings
 from tests.integration.conversation_service.support import connect, make_settings, new_conversation, running
 
 CLIENT_QUEUE = 8

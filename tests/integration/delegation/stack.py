@@ -13,7 +13,7 @@ import httpx
 
 from agent_service.app import create_app as create_agent_app
 from agent_service.settings import AgentServiceSettings
-from conversation_service.agent_delegation.settings import DelegationSettings
+from conversation_service.settings.delegation import DelegationSettings
 from shared.llm.builtin import BuiltinProvider
 from tests.integration.conversation_service.support import auth, make_settings, running
 from tests.support.servers import serve_app

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from conversation_service.db.models import ConversationAgentSession, DeadLetter, Message
 from conversation_service.db.repository import unit_of_work
-from conversation_service.routing.settings import RoutingSettings
+from conversation_service.settings.routing import RoutingSettings
 from tests.integration.conversation_service.support import auth, connect
 from tests.integration.delegation.stack import (
     agent_service,

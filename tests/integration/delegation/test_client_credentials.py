@@ -10,7 +10,7 @@ import websockets
 
 from agent_service.app import create_app as create_agent_app
 from agent_service.settings import AgentOIDCSettings, AgentServiceSettings
-from conversation_service.agent_delegation.settings import DelegationSettings
+from conversation_service.settings.delegation import DelegationSettings
 from shared.llm.builtin import BuiltinProvider
 from tests.integration.conversation_service.auth.support import oidc_settings
 from tests.integration.conversation_service.support import collect_until, make_settings, running, ws_url

@@ -22,7 +22,7 @@ from conversation_service.agent_client import (
 from conversation_service.db.models import DeadLetter, Message
 from conversation_service.db.repository import unit_of_work
 from conversation_service.resilience.breaker import BreakerState
-from conversation_service.routing.schemas import FALLBACK_NOTICE
+from conversation_service.settings.routing import FALLBACK_NOTICE
 from tests.integration.conversation_service.support import connect
 from tests.integration.delegation.fake_agent import (
     ANSWER,

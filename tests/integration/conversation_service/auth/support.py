@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from conversation_service.auth.settings import ChatOIDCSettings, WebSessionSettings
 from conversation_service.settings import ConversationSettings
+from conversation_service.settings.auth import ChatOIDCSettings, WebSessionSettings
 from tests.integration.conversation_service.support import make_settings, running
 from tests.support.oidc_provider import (
     CHAT_AUDIENCE,

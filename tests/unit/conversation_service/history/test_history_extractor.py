@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from conversation_service.history.extractor import HistoryExtractor
 from conversation_service.history.schemas import HistoryRecord
-from conversation_service.history.settings import HistorySettings, HistoryStrategyName
 from conversation_service.history.strategies import TRUNCATION_MARKER
+from conversation_service.settings.history import HistorySettings, HistoryStrategyName
 from shared.protocol import ChatMessage, Role
 from shared.tokens import count_message_tokens, count_tokens
 from tests.unit.conversation_service.history.history_fixtures import conversation

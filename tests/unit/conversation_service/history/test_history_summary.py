@@ -6,8 +6,8 @@ import pytest
 
 from conversation_service.history.extractor import SUMMARY_PREFIX, HistoryExtractor
 from conversation_service.history.schemas import HistoryRecord
-from conversation_service.history.settings import HistorySettings, HistoryStrategyName
 from conversation_service.history.summary_cache import InMemorySummaryCache
+from conversation_service.settings.history import HistorySettings, HistoryStrategyName
 from shared.protocol import Role
 from tests.unit.conversation_service.history.history_fixtures import ScriptedSummaryLLM, conversation
 

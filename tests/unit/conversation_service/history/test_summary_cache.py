@@ -111,7 +111,7 @@ async def test_replicas_share_summaries_written_by_the_builtin_model(db_sessionm
     """Two extractors (two replicas) on one database: the second reuses the first one's summary."""
     from conversation_service.history.extractor import HistoryExtractor
     from conversation_service.history.schemas import HistoryRecord
-    from conversation_service.history.settings import HistorySettings
+    from conversation_service.settings.history import HistorySettings
     from shared.llm.builtin import BuiltinProvider
 
     (cid,) = await _conversations(db_sessionmaker, 1)

@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from conversation_service.routing.router import MessageRouter
-from conversation_service.routing.schemas import FALLBACK_NOTICE, RouteReason, RouteTarget
-from conversation_service.routing.settings import RoutingSettings
+from conversation_service.routing.schemas import RouteReason, RouteTarget
+from conversation_service.settings.routing import FALLBACK_NOTICE, RoutingSettings
 
 AGENT, DIRECT = RouteTarget.AGENT, RouteTarget.DIRECT
 

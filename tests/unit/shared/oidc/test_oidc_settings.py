@@ -6,8 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from agent_service.settings import AgentServiceSettings
-from conversation_service.auth.settings import ChatOIDCSettings
 from conversation_service.settings import ConversationSettings
+from conversation_service.settings.auth import ChatOIDCSettings
 from shared.oidc.settings import OIDCSettings
 
 ISSUER = "https://idp.example.com/realms/acme"

@@ -12,10 +12,10 @@ from functools import cached_property
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from conversation_service.agent_delegation.settings import DelegationSettings
-from conversation_service.auth.settings import ChatOIDCSettings, WebSessionSettings
-from conversation_service.history.settings import HistorySettings
-from conversation_service.routing.settings import RoutingSettings
+from conversation_service.settings.auth import ChatOIDCSettings, WebSessionSettings
+from conversation_service.settings.delegation import DelegationSettings
+from conversation_service.settings.history import HistorySettings
+from conversation_service.settings.routing import RoutingSettings
 from shared.db import is_sqlite
 from shared.llm.config import LLMSettings
 from shared.rate_limit.config import RateLimitSettings

@@ -12,8 +12,6 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from conversation_service.routing.schemas import DISABLED_NOTICE, FALLBACK_NOTICE
-
 DEFAULT_KEYWORDS = [
     "search",
     "look up",
@@ -42,6 +40,10 @@ def _split(value: object, *, lower: bool) -> list[str]:
             out.setdefault(text.lower() if lower else text, None)
     return list(out)
 
+
+# Spec Risk 2: the words users see when the agent path is down and chat falls back.
+FALLBACK_NOTICE = "Advanced features temporarily unavailable, using standard chat"
+DISABLED_NOTICE = "Agent features are not enabled here, using standard chat"
 
 class RoutingSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENT_ROUTING_", extra="ignore")
