@@ -19,12 +19,12 @@ from starlette.requests import HTTPConnection
 
 from conversation_service.auth.deps import AuthDep
 from conversation_service.auth.tokens import AuthenticatedUser
-from conversation_service.db.repository import unit_of_work
 from conversation_service.db.storage import Storage
 from conversation_service.metrics import ConversationMetrics
 from conversation_service.realtime.parts import Realtime
 from conversation_service.settings import ConversationSettings
 from shared.app_state import started
+from shared.transactions import transaction
 
 SettingsDep = Annotated[ConversationSettings, Depends(started("settings"))]
 MetricsDep = Annotated[ConversationMetrics, Depends(started("metrics"))]
@@ -38,7 +38,7 @@ async def get_session(storage: StorageDep) -> AsyncIterator[AsyncSession]:
     Used with ``scope="function"``: the commit runs when the route returns, before the response
     is sent. With the default (request) scope it ran after the response, so a client that acted
     on a 201 at once (opening the new conversation's WebSocket) could find no row yet."""
-    async with unit_of_work(storage.sessionmaker) as session:
+    async with transaction(storage.sessionmaker) as session:
         yield session
 
 

@@ -30,7 +30,6 @@ from conversation_service.auth.guard import Authentication
 from conversation_service.auth.login import LoginFlow
 from conversation_service.auth.sessions import WebSessions
 from conversation_service.db import migrate
-from conversation_service.db.repository import unit_of_work
 from conversation_service.db.storage import Storage
 from conversation_service.dead_letters.replay import DeadLetterReplayer
 from conversation_service.direct_llm.replier import DirectLLMReplier
@@ -67,7 +66,7 @@ from shared.oidc.provider import IdentityProvider
 from shared.oidc.token_endpoint import TokenEndpoint
 from shared.oidc.verifier import AccessTokenVerifier
 from shared.rate_limit import RateLimiter, build_limiter, default_model
-from shared.transactions import Transactions
+from shared.transactions import Transactions, transaction
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +234,7 @@ async def build_realtime(
     async def seq_floor(conversation_id: str) -> int:
         # Pending first: a frame committed (and no longer pending) during the read is in the read.
         pending = writer.pending_max(conversation_id)
-        async with unit_of_work(storage.sessionmaker) as session:
+        async with transaction(storage.sessionmaker) as session:
             persisted = await FrameRepository(session).max_seq(conversation_id)
         return max(persisted, pending)
 

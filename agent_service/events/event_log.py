@@ -46,6 +46,7 @@ from shared.fastpath.prevalidated import prevalidated
 from shared.group_commit import RETRY_PAUSES_S
 from shared.protocol import ErrorCode, ErrorData, EventEnvelope, EventType, utcnow
 from shared.sse import encode_envelope
+from shared.transactions import transaction
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,7 @@ class EventLog:
 
     async def _extend(self, channel: SessionChannel, reserved: int) -> None:
         try:
-            async with self._sessionmaker.begin() as db:
+            async with transaction(self._sessionmaker) as db:
                 extended = await SessionRepository(db).extend_reservation(channel.session_id, channel.run_id, reserved)
         except Exception:  # the next emit tries again; held events wait for it
             log.exception("seq reservation could not be extended", extra={"run_id": channel.run_id})
@@ -321,7 +322,7 @@ class EventLog:
         deadline = time.monotonic() + self._budget_s
         for pause in itertools.chain(RETRY_PAUSES_S, itertools.repeat(RETRY_PAUSES_S[-1])):
             try:
-                async with self._sessionmaker.begin() as db:
+                async with transaction(self._sessionmaker) as db:
                     # finalize first: it checks the run is still this process's (before the insert
                     # could collide with another replica's end of it), and it locks the run row
                     # before the session row, the order recovery locks them in.

@@ -21,6 +21,7 @@ from agent_service.metrics import AgentMetrics
 from agent_service.repository import EventRepository, RunRepository, SessionRepository
 from shared.group_commit import GroupCommitter
 from shared.protocol import EventEnvelope
+from shared.transactions import transaction
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class EventWriter:
         for env in batch:
             last_seq[env.session_id] = max(env.seq, last_seq.get(env.session_id, 0))
         try:
-            async with self._sessionmaker.begin() as db:
+            async with transaction(self._sessionmaker) as db:
                 await EventRepository(db).insert_many(batch)
                 await SessionRepository(db).bump_last_seqs(last_seq)
                 await self.notifier.announce_many(db, last_seq)

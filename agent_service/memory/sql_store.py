@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionm
 from agent_service.memory.store import Candidate, Memory, Owner
 from agent_service.tools.knowledge.repository import query_terms
 from shared.db import UTCDateTime
+from shared.transactions import transaction
 
 metadata = MetaData()
 
@@ -91,14 +92,12 @@ class SqlMemoryStore:
         statement is atomic alone: no BEGIN and COMMIT (or ROLLBACK) around it, two round trips of
         every run's recall and remember. SQLite: the session, in a transaction when it writes (a
         switch of mode would cost a hop to the driver's thread instead)."""
-        async with self._sessionmaker() as db:
-            if self._postgres:
-                yield await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-            elif write:
-                async with db.begin():
-                    yield db
-            else:
+        if write and not self._postgres:
+            async with transaction(self._sessionmaker) as db:
                 yield db
+            return
+        async with self._sessionmaker() as db:
+            yield await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"}) if self._postgres else db
 
     async def list(self, owner: Owner, limit: int) -> list[Memory]:
         async with self._sessionmaker() as db:
@@ -112,7 +111,7 @@ class SqlMemoryStore:
         statement = delete(agent_memories).where(*_owned_by(owner))
         if memory_id is not None:
             statement = statement.where(agent_memories.c.id == memory_id)
-        async with self._sessionmaker() as db, db.begin():
+        async with transaction(self._sessionmaker) as db:
             return (await db.execute(statement)).rowcount or 0
 
 

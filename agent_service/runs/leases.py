@@ -31,7 +31,7 @@ from agent_service.runs.endings import CANCELLED, INTERRUPTED, end_with_error, e
 from agent_service.runs.manager import RunManager
 from shared.cancel_safety import stop_loop
 from shared.protocol import ErrorCode, SessionStatus, utcnow
-from shared.transactions import is_unavailable
+from shared.transactions import is_unavailable, transaction
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class LeaseKeeper:
             return
         ids = list(runs)
         held: dict[str, bool] = {}
-        async with self._sessionmaker.begin() as db:
+        async with transaction(self._sessionmaker) as db:
             repository = RunRepository(db)
             expires_at = self._manager.lease_until(utcnow())
             for start in range(0, len(ids), _RENEW_CHUNK):
@@ -142,7 +142,7 @@ class LeaseKeeper:
     async def _recover_batch(self) -> tuple[int, int]:
         now = utcnow()
         claimed: list[tuple[OrphanRun, ErrorCode]] = []
-        async with self._sessionmaker.begin() as db:
+        async with transaction(self._sessionmaker) as db:
             runs = RunRepository(db)
             sessions = SessionRepository(db)
             orphans = await runs.lock_orphans(now, _RECOVERY_BATCH)

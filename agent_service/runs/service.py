@@ -31,6 +31,7 @@ from agent_service.settings import AgentServiceSettings
 from shared.admission import Admission, Slot
 from shared.keyed_lock import KeyedLock
 from shared.protocol import ErrorCode, ExecuteRequest, SessionStatus, UserContext, utcnow
+from shared.transactions import transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +109,7 @@ class RunService:
         """The claim's transaction: the run its key started (joined), or the session claimed for a
         new run and the run's row written."""
         now = utcnow()
-        async with self._sessionmaker.begin() as db:
+        async with transaction(self._sessionmaker) as db:
             if key is not None:
                 # A retry joins the run its key started. Read in the claim's transaction, not in one
                 # of its own before it: one connection and one transaction per execute on the way

@@ -20,6 +20,7 @@ from agent_service.runs.endings import CANCELLED, end_with_error
 from agent_service.runs.manager import RunManager
 from agent_service.settings import AgentServiceSettings
 from shared.protocol import ErrorCode, PendingQuestion, SessionStatus, SessionStatusResponse, utcnow
+from shared.transactions import transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,7 @@ class SessionService:
     async def cancel(self, session_id: str) -> CancelResult:
         if await self._manager.cancel(session_id):
             return CancelResult(await self.status(session_id), done=True)
-        async with self._sessionmaker.begin() as db:
+        async with transaction(self._sessionmaker) as db:
             sessions = SessionRepository(db)
             session = await sessions.get_for_update(session_id)
             if session is None:

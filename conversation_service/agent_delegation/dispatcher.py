@@ -16,7 +16,6 @@ from conversation_service.agent_delegation.schemas import TurnRequest
 from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.db.models import AgentSessionStatus, Conversation, Message
-from conversation_service.db.repository import unit_of_work
 from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.interactions.expiry import QuestionExpiry
 from conversation_service.interactions.repository import InteractionRepository
@@ -26,6 +25,7 @@ from conversation_service.routing.schemas import RouteDecision, RouteReason, Rou
 from conversation_service.tasks import TaskSupervisor
 from conversation_service.turns.leases import TurnLeases
 from shared.protocol import Answer, utcnow
+from shared.transactions import transaction
 
 
 class AgentReplyDispatcher:
@@ -58,7 +58,7 @@ class AgentReplyDispatcher:
     async def dispatch(self, conversation: Conversation, user_message: Message) -> RouteDecision:
         prepared = self._delegation.prepare(conversation.id)
         decision: RouteDecision | None = None
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             open_row = await AgentSessionRepository(session).get_open_for_conversation(conversation.id)
             pending = None
             if open_row is not None and open_row.status == AgentSessionStatus.AWAITING_USER.value:
@@ -70,7 +70,7 @@ class AgentReplyDispatcher:
 
         if pending is not None and self._chat_message_answers:
             if pending.expires_at > utcnow():
-                async with unit_of_work(self._sessionmaker) as session:
+                async with transaction(self._sessionmaker) as session:
                     claimed = await InteractionRepository(session).mark_answered(pending.question_id, user_message.id)
                 if claimed:
                     answer = Answer(question_id=pending.question_id, text=user_message.content)

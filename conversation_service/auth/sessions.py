@@ -25,11 +25,11 @@ from conversation_service.auth.repository import WebSessionRepository
 from conversation_service.auth.sealing import derive, lookup_id, new_secret, seal, tag, unseal
 from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.db.models import WebSession
-from conversation_service.db.repository import unit_of_work
 from conversation_service.errors import Unavailable
 from conversation_service.settings.auth import WebSessionSettings
 from shared.keyed_lock import KeyedLock
 from shared.oidc.errors import InvalidToken, ProviderUnavailable, TokenRequestRefused
+from shared.transactions import transaction
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class WebSessions:
             access_expires_at=datetime.fromtimestamp(signed_in.access_expires_at, UTC),
             expires_at=now + timedelta(seconds=self.settings.max_age_s), created_at=now,
         )
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             await WebSessionRepository(session).add(row)
         return secret
 
@@ -105,7 +105,7 @@ class WebSessions:
         if not secret or len(secret) > 128:
             return None
         session_id = lookup_id(secret)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             repository = WebSessionRepository(session)
             row = await repository.get(session_id)
             if row is None:
@@ -114,11 +114,11 @@ class WebSessions:
         return self._unseal(secret, row)
 
     async def remove_expired(self) -> int:
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             return await WebSessionRepository(session).remove_expired(_now())
 
     async def _row(self, session_id: str) -> WebSession | None:
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             row = await WebSessionRepository(session).get(session_id)
         if row is None or row.expires_at <= _now():
             return None
@@ -131,7 +131,7 @@ class WebSessions:
         now = _now()
         if row.access_expires_at - timedelta(seconds=self.settings.refresh_margin_s) > now:
             return _user(row)  # refreshed meanwhile
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             claimed = await WebSessionRepository(session).claim_refresh(
                 session_id, now, now + timedelta(seconds=REFRESH_HOLD_S))
         if not claimed:
@@ -175,7 +175,7 @@ class WebSessions:
     async def _store(self, secret: str, session_id: str, fresh: SignedIn) -> AuthenticatedUser:
         user = fresh.user
         expires = datetime.fromtimestamp(fresh.access_expires_at, UTC)
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             await WebSessionRepository(session).store_refreshed(
                 session_id, sealed_tokens=self._seal(secret, fresh.tokens), access_expires_at=expires,
                 user_id=user.user_id, org_id=user.org_id, permissions=list(user.permissions),
@@ -184,11 +184,11 @@ class WebSessions:
                                  expires_at=fresh.access_expires_at, name=user.name)
 
     async def _remove(self, session_id: str) -> None:
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             await WebSessionRepository(session).remove(session_id)
 
     async def _release(self, session_id: str) -> None:
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             await WebSessionRepository(session).release_refresh(session_id)
 
     def _seal(self, secret: str, tokens: dict[str, str]) -> bytes:

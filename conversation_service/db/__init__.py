@@ -1,1 +1,1 @@
-"""The ConversationService database: ORM models, the unit of work, migrations."""
+"""The ConversationService database: ORM models, the repository base, migrations (transactions: ``shared.transactions``)."""

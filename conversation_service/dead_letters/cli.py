@@ -19,11 +19,11 @@ import httpx
 
 from conversation_service.agent_delegation.repository import DeadLetterRepository
 from conversation_service.db.models import DeadLetter
-from conversation_service.db.repository import unit_of_work
 from conversation_service.dead_letters.replay import replay_refusal
 from conversation_service.dead_letters.router import OPERATOR_KEY_HEADER
 from conversation_service.settings import ConversationSettings
 from shared.db import create_engine, create_sessionmaker
+from shared.transactions import transaction
 
 MAX_LIST = 1000
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
 async def _read(settings: ConversationSettings, query):
     engine = create_engine(settings.conversation_database_url)
     try:
-        async with unit_of_work(create_sessionmaker(engine)) as session:
+        async with transaction(create_sessionmaker(engine)) as session:
             return await query(DeadLetterRepository(session))
     finally:
         await engine.dispose()

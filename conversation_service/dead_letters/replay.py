@@ -35,10 +35,10 @@ from conversation_service.agent_delegation.repository import DeadLetterRepositor
 from conversation_service.agent_delegation.schemas import TurnRequest
 from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.db.models import Conversation, DeadLetter, Message, utcnow
-from conversation_service.db.repository import unit_of_work
 from conversation_service.errors import Conflict, InvalidInput, NotFound, Unavailable
 from conversation_service.tasks import TaskSupervisor
 from conversation_service.turns.leases import TurnLeases, TurnLeftRunning
+from shared.transactions import transaction
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class DeadLetterReplayer:
         return await asyncio.shield(task)
 
     async def _claim(self, letter_id: str) -> _Claimed:
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             letters = DeadLetterRepository(session)
             letter = await letters.get(letter_id)
             if letter is None:
@@ -135,12 +135,12 @@ class DeadLetterReplayer:
             log.error("replayed turn left running for the lease sweep", exc_info=error,
                       extra={"dead_letter_id": letter_id, "message_id": claimed.message.id})
             try:
-                async with unit_of_work(self._sessionmaker) as session:
+                async with transaction(self._sessionmaker) as session:
                     await DeadLetterRepository(session).record_replay(letter_id, LEFT_RUNNING, LEFT_RUNNING_DETAIL)
             except Exception:  # the same fault, most likely: the letter keeps "no outcome yet"
                 log.exception("could not record a dead letter's replay", extra={"dead_letter_id": letter_id})
             raise Unavailable(LEFT_RUNNING_DETAIL) from error
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             letters = DeadLetterRepository(session)
             again = [letter for letter in await letters.written_since(claimed.message.id, claimed.at)
                      if letter.id != letter_id]

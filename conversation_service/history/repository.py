@@ -11,8 +11,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from conversation_service.db.models import ConversationSummary
-from conversation_service.db.repository import Repository, unit_of_work
+from conversation_service.db.repository import Repository
 from conversation_service.history.summary_cache import CachedSummary
+from shared.transactions import transaction
 
 logger = logging.getLogger(__name__)
 
@@ -57,12 +58,12 @@ class DatabaseSummaryCache:
         self._sessionmaker = sessionmaker
 
     async def get(self, conversation_id: str) -> CachedSummary | None:
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             return await SummaryRepository(session).get_for_conversation(conversation_id)
 
     async def put(self, entry: CachedSummary) -> None:
         try:
-            async with unit_of_work(self._sessionmaker) as session:
+            async with transaction(self._sessionmaker) as session:
                 await SummaryRepository(session).upsert(entry)
         except IntegrityError:
             # The conversation was deleted meanwhile (foreign key): nothing left to cache for.

@@ -16,12 +16,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.conversations.repository import ConversationRepository
 from conversation_service.db.models import AgentSessionStatus, PendingInteraction
-from conversation_service.db.repository import unit_of_work
 from conversation_service.interactions.repository import InteractionRepository
 from conversation_service.metrics import AgentMetrics
 from conversation_service.realtime.frames import Notice
 from conversation_service.realtime.publisher import FramePublisher
 from shared.protocol import utcnow
+from shared.transactions import transaction
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class QuestionExpiry:
     async def expire(self, question: PendingInteraction | None = None) -> list[str]:
         """Expire ``question`` if it is still pending or, without one, up to ``batch`` questions whose
         time is up. Returns the ids this call expired (not those another caller got to first)."""
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             due = [question] if question is not None else await InteractionRepository(session).claim_expired(
                 utcnow(), self._batch)
             expired = [q for q in due if await _abandon(session, q)]

@@ -17,7 +17,6 @@ from conversation_service.db.models import (
     Message,
     MessageRole,
 )
-from conversation_service.db.repository import unit_of_work
 from conversation_service.errors import Conflict, Gone, PayloadTooLarge
 from conversation_service.interactions.expiry import QuestionExpiry
 from conversation_service.interactions.repository import InteractionRepository
@@ -29,6 +28,7 @@ from conversation_service.realtime.frames import MessageCreated
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.turns.leases import TurnLeases
 from shared.protocol import Answer, utcnow
+from shared.transactions import transaction
 
 
 class AgentResumer(Protocol):
@@ -53,7 +53,7 @@ class AnswerService:
     async def submit(self, user: AuthenticatedUser, conversation_id: str, body: AgentAnswerIn) -> AgentAnswerAccepted:
         if len(body.answer) > self._max_chars:
             raise PayloadTooLarge(f"the answer is limited to {self._max_chars} characters")
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             conversation = await get_owned_conversation(session, user, conversation_id)  # 404 for others
             question = await InteractionRepository(session).get(body.question_id)
             if question is None or question.conversation_id != conversation.id:
@@ -71,7 +71,7 @@ class AnswerService:
         text = body.answer
         if question.kind == InteractionKind.APPROVAL.value and not text:
             text = "approve" if body.approved else "deny"
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             message = await MessageRepository(session).create(
                 conversation_id=conversation.id, role=MessageRole.USER.value, content=text,
                 agent_metadata={"answer_to": question.question_id, "kind": question.kind},

@@ -16,7 +16,6 @@ from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.conversations.repository import ConversationRepository
 from conversation_service.conversations.service import get_owned_conversation, name_after_first_message
 from conversation_service.db.models import Conversation, Message, MessageRole
-from conversation_service.db.repository import unit_of_work
 from conversation_service.errors import InvalidInput, NotFound, PayloadTooLarge
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import MessageAccepted, RouteOut, message_frame_data
@@ -28,6 +27,7 @@ from conversation_service.tasks import TaskSupervisor
 from conversation_service.turns.admission import capacity_wait
 from conversation_service.turns.leases import TurnLeases
 from shared.admission import Admission, Slot
+from shared.transactions import transaction
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class MessageService:
     ) -> tuple[Conversation, Message] | MessageAccepted:
         """The new message, or the answer to a repeat of its ``client_message_id``."""
         try:
-            async with unit_of_work(self._sessionmaker) as session:
+            async with transaction(self._sessionmaker) as session:
                 conversation = await get_owned_conversation(session, user, conversation_id)
                 messages = MessageRepository(session)
                 if client_message_id is not None:
@@ -122,7 +122,7 @@ class MessageService:
             # A concurrent request with the same client_message_id won the insert: answer with its row.
             if client_message_id is None:
                 raise
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             existing = await MessageRepository(session).get_by_client_id(conversation_id, client_message_id)
         if existing is None:
             raise NotFound("conversation not found")
@@ -143,7 +143,7 @@ class MessageService:
             if not place.carried:
                 place.release()  # no reply task took it: the dispatch failed, or answered nothing here
         metadata = {**(message.agent_metadata or {}), "route": route}
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             await MessageRepository(session).set_agent_metadata(message.id, metadata)
         message.agent_metadata = metadata
         return route

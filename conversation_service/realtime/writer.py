@@ -17,11 +17,11 @@ from collections import OrderedDict
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from conversation_service.db.repository import unit_of_work
 from conversation_service.metrics import FrameMetrics
 from conversation_service.realtime.frames import Frame
 from conversation_service.realtime.repository import FrameRepository
 from shared.group_commit import GroupCommitter
+from shared.transactions import transaction
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class FrameWriter:
 
     async def _write(self, batch: list[Frame]) -> None:
         started = time.perf_counter()
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             await FrameRepository(session).insert_many(batch)
         self._metrics.flush_seconds.observe(time.perf_counter() - started)
         self._metrics.persisted.inc(len(batch))

@@ -25,7 +25,6 @@ from conversation_service.agent_client import AgentConflictError, AgentServiceCl
 from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.conversations.service import get_owned_conversation
 from conversation_service.db.models import Message, MessageRole, MessageStatus, TurnStatus
-from conversation_service.db.repository import unit_of_work
 from conversation_service.errors import Conflict, NotFound, Unavailable
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.messages.schemas import RouteOut
@@ -36,6 +35,7 @@ from conversation_service.reply_control.schemas import RegenerateAccepted, StopA
 from conversation_service.turns.leases import TurnLeases
 from conversation_service.turns.repository import TurnRepository
 from shared.admission import Slot
+from shared.transactions import transaction
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class ReplyControl:
         frames) names the reply then. Frames this replica has not committed yet are flushed first.
         """
         for flushed in (False, True):
-            async with unit_of_work(self._sessionmaker) as session:
+            async with transaction(self._sessionmaker) as session:
                 await get_owned_conversation(session, user, conversation_id)
                 message = await MessageRepository(session).get(message_id) if len(message_id) <= 64 else None
                 if message is not None and message.conversation_id == conversation_id:
@@ -111,7 +111,7 @@ class ReplyControl:
     async def _regenerate(
         self, user: AuthenticatedUser, conversation_id: str, message_id: str, place: Slot,
     ) -> RegenerateAccepted:
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             conversation = await get_owned_conversation(session, user, conversation_id)
             message = await _message_of(session, conversation_id, message_id)
             user_message = await _answered_message(session, message)

@@ -20,10 +20,9 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from conversation_service.db.models import utcnow
-from conversation_service.db.repository import unit_of_work
 from conversation_service.turns.repository import TurnRepository
 from conversation_service.turns.stops import ReplyStops
-from shared.transactions import Transactions
+from shared.transactions import Transactions, transaction
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +121,7 @@ class TurnLeases:
 
     async def request_stop(self, turn_id: str) -> bool:
         """Store the user's stop of a running turn (any replica sees it); False when it is not running."""
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             return await TurnRepository(session).request_stop(turn_id, utcnow())
 
     async def renew(self) -> None:
@@ -131,7 +130,7 @@ class TurnLeases:
         if not self.held:
             return
         held = tuple(self.held)
-        async with unit_of_work(self._keeper_sessionmaker) as session:
+        async with transaction(self._keeper_sessionmaker) as session:
             turns = TurnRepository(session)
             owned = await turns.renew(self.replica_id, held, self.expires_at())
             to_stop = await turns.stop_requested(self.replica_id, held)
@@ -147,14 +146,14 @@ class TurnLeases:
 
     async def release(self) -> None:
         """Graceful shutdown: the turns left unfinished are free for a takeover at once."""
-        async with unit_of_work(self._keeper_sessionmaker) as session:
+        async with transaction(self._keeper_sessionmaker) as session:
             released = await TurnRepository(session).release(self.replica_id, utcnow() - timedelta(seconds=1))
         if released:
             log.info("released turn leases for takeover", extra={"turns": released})
 
     async def claim_expired(self, limit: int) -> list:
         now = utcnow()
-        async with unit_of_work(self._keeper_sessionmaker) as session:
+        async with transaction(self._keeper_sessionmaker) as session:
             turns = await TurnRepository(session).claim_expired(self.replica_id, now, self.expires_at(now), limit,
                                                                 abandoned=self.abandoned)
         self.held.update(t.id for t in turns)

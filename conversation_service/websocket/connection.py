@@ -24,13 +24,12 @@ import orjson
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from starlette.websockets import WebSocket
 
-from conversation_service.db.repository import unit_of_work
 from conversation_service.metrics import WebSocketMetrics, agent_events_in_hand
 from conversation_service.realtime.frames import Frame
 from conversation_service.realtime.repository import FrameRepository
 from conversation_service.realtime.writer import FrameWriter
 from shared.fastpath.handoff import Handoff
-from shared.transactions import is_unavailable
+from shared.transactions import is_unavailable, transaction
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +166,7 @@ class ClientConnection:
                     observe(now - stamp)
 
     async def _read_db(self, after: int, upto: int | None = None) -> list[Frame]:
-        async with unit_of_work(self._sessionmaker) as session:
+        async with transaction(self._sessionmaker) as session:
             frames = await FrameRepository(session).list_after(self.conversation_id, after, limit=_REPLAY_BATCH)
         return [f for f in frames if upto is None or f.seq <= upto]
 

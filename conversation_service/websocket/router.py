@@ -26,7 +26,6 @@ from conversation_service.auth.deps import AuthDep
 from conversation_service.auth.guard import origin_allowed
 from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.conversations.service import get_owned_conversation
-from conversation_service.db.repository import unit_of_work
 from conversation_service.db.storage import Storage
 from conversation_service.deps import MetricsDep, RealtimeDep, SettingsDep, StorageDep
 from conversation_service.errors import (
@@ -51,6 +50,7 @@ from conversation_service.websocket.auth import (
 )
 from conversation_service.websocket.connection import ClientConnection
 from shared.logging import conversation_id_var
+from shared.transactions import transaction
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -85,7 +85,7 @@ def _batches(websocket: WebSocket) -> bool:
 
 async def _check_owner(storage: Storage, user: AuthenticatedUser, conversation_id: str) -> None:
     try:
-        async with unit_of_work(storage.sessionmaker) as session:
+        async with transaction(storage.sessionmaker) as session:
             await get_owned_conversation(session, user, conversation_id)
     except ServiceError:
         # Same answer for "not yours" and "does not exist".

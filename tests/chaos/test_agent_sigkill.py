@@ -31,10 +31,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_service.models import AgentEvent, AgentSession
 from conversation_service.db.models import Message
-from conversation_service.db.repository import unit_of_work
 from shared.db import create_engine
 from shared.protocol import EventEnvelope, SessionStatus
 from shared.sse import SSEDecoder, decode_envelope
+from shared.transactions import transaction
 from tests.integration.conversation_service.support import connect
 from tests.integration.delegation.stack import AGENT_KEY, chat_service, deltas_text
 from tests.support.servers import ServiceProcess, free_port
@@ -177,7 +177,7 @@ async def _stored_events(engine: AsyncEngine) -> dict[tuple[str, int], Seen]:
 
 
 async def _stored_message(stack, message_id: str) -> Message:
-    async with unit_of_work(stack.state.storage.sessionmaker) as session:
+    async with transaction(stack.state.storage.sessionmaker) as session:
         message = await session.get(Message, message_id)
         assert message is not None
         return message

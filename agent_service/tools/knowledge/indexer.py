@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.settings import REPO_ROOT
 from agent_service.tools.knowledge.repository import KnowledgeDocument, KnowledgeRepository
+from shared.transactions import transaction
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ async def index_knowledge(sessionmaker: async_sessionmaker, knowledge_dir: Path 
     sources = [knowledge_dir] if knowledge_dir is not None else list(DEFAULT_KNOWLEDGE_SOURCES)
     documents, skipped = await asyncio.to_thread(scan, sources)
     added = updated = unchanged = 0
-    async with sessionmaker() as session, session.begin():
+    async with transaction(sessionmaker) as session:
         repository = KnowledgeRepository(session)
         existing = await repository.hashes_by_path()
         for document in documents:

@@ -20,10 +20,10 @@ from conversation_service.db.models import (
     MessageStatus,
     PendingInteraction,
 )
-from conversation_service.db.repository import unit_of_work
 from conversation_service.realtime.frames import FrameType, MessageCreated, MessageDelta
 from conversation_service.realtime.repository import FrameRepository
 from shared.protocol import utcnow
+from shared.transactions import transaction
 from tests.integration.conversation_service.support import (
     auth,
     collect_until,
@@ -177,7 +177,7 @@ async def test_a_streaming_message_is_listed_with_its_text_so_far(database_url: 
         conv = await new_conversation(client, base, "alice")
         cid = conv["id"]
         emit = app.state.realtime.publisher.emit
-        async with unit_of_work(app.state.storage.sessionmaker) as session:
+        async with transaction(app.state.storage.sessionmaker) as session:
             older = Message(conversation_id=cid, role=MessageRole.ASSISTANT.value, content="done earlier",
                             created_at=utcnow() - timedelta(seconds=5))
             reply = Message(conversation_id=cid, role=MessageRole.ASSISTANT.value, content="",
@@ -200,14 +200,14 @@ async def test_a_streaming_message_is_listed_with_its_text_so_far(database_url: 
         assert by_id[older.id]["content"] == "done earlier" and by_id[older.id]["content_seq"] is None
 
         # Small reads of the log (one frame at a time) find the same text.
-        async with unit_of_work(app.state.storage.sessionmaker) as session:
+        async with transaction(app.state.storage.sessionmaker) as session:
             assert await FrameRepository(session).streamed_text(
                 cid, reply.id, started_at=utcnow() - timedelta(minutes=1), batch=1
             ) == ("Hello, world!", last.seq)
 
         # Without its created frame (never persisted), the read stops at frames older than the
         # message: a frame from before it cannot be part of it.
-        async with unit_of_work(app.state.storage.sessionmaker) as session:
+        async with transaction(app.state.storage.sessionmaker) as session:
             session.add_all([
                 ConversationFrame(conversation_id=cid, seq=last.seq + 1, type=FrameType.MESSAGE_DELTA,
                                   data={"message_id": "m-lost", "text": "stale "},
@@ -215,7 +215,7 @@ async def test_a_streaming_message_is_listed_with_its_text_so_far(database_url: 
                 ConversationFrame(conversation_id=cid, seq=last.seq + 2, type=FrameType.MESSAGE_DELTA,
                                   data={"message_id": "m-lost", "text": "fresh"}, created_at=utcnow()),
             ])
-        async with unit_of_work(app.state.storage.sessionmaker) as session:
+        async with transaction(app.state.storage.sessionmaker) as session:
             assert await FrameRepository(session).streamed_text(
                 cid, "m-lost", started_at=utcnow() - timedelta(minutes=1)
             ) == ("fresh", last.seq + 2)
@@ -226,7 +226,7 @@ async def test_the_agents_questions_and_how_each_stands(database_url: str) -> No
         conv = await new_conversation(client, base, "alice")
         cid = conv["id"]
         now = utcnow()
-        async with unit_of_work(app.state.storage.sessionmaker) as session:
+        async with transaction(app.state.storage.sessionmaker) as session:
             row = ConversationAgentSession(conversation_id=cid, agent_session_id="as-1", status="AWAITING_USER")
             session.add(row)
             await session.flush()

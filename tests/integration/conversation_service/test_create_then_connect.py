@@ -16,7 +16,7 @@ import orjson
 
 from conversation_service.app import create_app
 from conversation_service.conversations.repository import ConversationRepository
-from conversation_service.db.repository import unit_of_work
+from shared.transactions import transaction
 from tests.integration.conversation_service.support import (
     auth,
     connect,
@@ -62,7 +62,7 @@ class CommitProbe:
             elif message["type"] == "http.response.body" and status == [201]:
                 conversation = orjson.loads(message["body"])
                 sessionmaker = self.app.state.storage.sessionmaker
-                async with unit_of_work(sessionmaker) as session:
+                async with transaction(sessionmaker) as session:
                     row = await ConversationRepository(session).get(conversation["id"])
                 self.visible.append(row is not None)
             await send(message)

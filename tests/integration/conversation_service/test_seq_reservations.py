@@ -9,11 +9,10 @@ from urllib.parse import urlsplit
 
 from conversation_service.db import migrate
 from conversation_service.db.models import Conversation
-from conversation_service.db.repository import unit_of_work
 from conversation_service.realtime.reservations import SeqReservations
 from conversation_service.realtime.seq import InProcessSeqAllocator, RedisSeqAllocator
 from shared.db import create_engine, create_sessionmaker
-from shared.transactions import Transactions
+from shared.transactions import Transactions, transaction
 from tests.support.dependencies import TcpRelay
 
 
@@ -25,7 +24,7 @@ async def _setup(database_url: str):
     engine = create_engine(database_url)
     await migrate.upgrade(engine)
     sessionmaker = create_sessionmaker(engine)
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         conversation = Conversation(owner_id="alice", title="t")
         session.add(conversation)
         await session.flush()

@@ -12,10 +12,10 @@ import pytest
 
 from conversation_service.db import migrate
 from conversation_service.db.models import Conversation, Message, TurnStatus, utcnow
-from conversation_service.db.repository import unit_of_work
 from conversation_service.turns.leases import TurnLeases, TurnLeftRunning
 from conversation_service.turns.repository import TurnRepository
 from shared.db import create_engine, create_lease_engine, create_sessionmaker
+from shared.transactions import transaction
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ async def sessionmaker(database_url: str):
 
 
 async def _accepted_message(sessionmaker, leases: TurnLeases) -> str:
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         conversation = Conversation(owner_id="alice", title="t")
         session.add(conversation)
         await session.flush()
@@ -42,7 +42,7 @@ async def _accepted_message(sessionmaker, leases: TurnLeases) -> str:
 
 
 async def _turn(sessionmaker, turn_id: str):
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         return await TurnRepository(session).get(turn_id)
 
 
@@ -51,7 +51,7 @@ async def test_an_expired_turn_is_claimed_by_exactly_one_replica(sessionmaker) -
     turn_id = await _accepted_message(sessionmaker, dead)
     a, b = TurnLeases(sessionmaker, lease_s=30), TurnLeases(sessionmaker, lease_s=30)
     assert await a.claim_expired(10) == []  # the lease still runs: nobody takes it
-    async with unit_of_work(sessionmaker) as session:  # the owner died a lease ago
+    async with transaction(sessionmaker) as session:  # the owner died a lease ago
         turn = await TurnRepository(session).get(turn_id)
         turn.lease_expires_at = utcnow() - timedelta(seconds=1)
     claims = await asyncio.gather(a.claim_expired(10), b.claim_expired(10))
@@ -120,7 +120,7 @@ async def test_a_turn_its_reply_could_not_end_is_left_running_for_this_replicas_
         await leases.hold(given_up, reply())
     assert (await _turn(sessionmaker, given_up)).status == TurnStatus.RUNNING.value
     assert given_up not in leases.held
-    async with unit_of_work(sessionmaker) as session:  # a lease later
+    async with transaction(sessionmaker) as session:  # a lease later
         for turn_id in (given_up, mine):
             (await TurnRepository(session).get(turn_id)).lease_expires_at = utcnow() - timedelta(seconds=1)
     assert [t.id for t in await leases.claim_expired(10)] == [given_up]
@@ -139,7 +139,7 @@ async def test_only_a_turn_still_running_here_that_the_renewal_missed_is_reporte
     leases = TurnLeases(sessionmaker, lease_s=300)
     ending, kept, taken = [await _accepted_message(sessionmaker, leases) for _ in range(3)]
     leases.held.update({ending, kept, taken})
-    async with unit_of_work(sessionmaker) as session:  # another replica's sweep took it
+    async with transaction(sessionmaker) as session:  # another replica's sweep took it
         (await TurnRepository(session).get(taken)).owner_id = "another-replica"
     renew = TurnRepository.renew
 
@@ -194,7 +194,7 @@ async def test_a_replica_never_takes_over_its_own_turn_whose_renewal_is_late(ses
     late = TurnLeases(sessionmaker, lease_s=30)
     turn_id = await _accepted_message(sessionmaker, late)
     late.held.add(turn_id)
-    async with unit_of_work(sessionmaker) as session:  # the renewal is a lease late
+    async with transaction(sessionmaker) as session:  # the renewal is a lease late
         (await TurnRepository(session).get(turn_id)).lease_expires_at = utcnow() - timedelta(seconds=1)
     assert await late.claim_expired(10) == []
     assert (await _turn(sessionmaker, turn_id)).takeovers == 0

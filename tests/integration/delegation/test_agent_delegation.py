@@ -11,8 +11,8 @@ import json
 from sqlalchemy import func, select
 
 from conversation_service.db.models import ConversationAgentSession, DeadLetter, Message
-from conversation_service.db.repository import unit_of_work
 from conversation_service.settings.routing import RoutingSettings
+from shared.transactions import transaction
 from tests.integration.conversation_service.support import auth, connect
 from tests.integration.delegation.stack import (
     agent_service,
@@ -82,7 +82,7 @@ async def test_multi_turn_uses_earlier_answers(database_factory, tmp_path):
             if expected:
                 assert expected in text, (content, text)
         await ws.close()
-        async with unit_of_work(stack.state.storage.sessionmaker) as session:
+        async with transaction(stack.state.storage.sessionmaker) as session:
             rows = (await session.scalars(select(ConversationAgentSession))).all()
     # One agent session carried the whole conversation.
     assert len(rows) == 1 and rows[0].agent_session_id
@@ -126,7 +126,7 @@ async def test_agent_down_falls_back_to_direct_llm_with_notice(database_url):
         assert r.status_code == 202
         frames = await recv_until(ws, lambda f: f["type"] == "message.completed")
         await ws.close()
-        async with unit_of_work(stack.state.storage.sessionmaker) as session:
+        async with transaction(stack.state.storage.sessionmaker) as session:
             letters = (await session.scalars(select(DeadLetter))).all()
             open_sessions = await session.scalar(
                 select(func.count()).select_from(ConversationAgentSession)
@@ -174,7 +174,7 @@ async def test_concurrent_sends_create_one_agent_session(database_factory, tmp_p
         responses = await asyncio.gather(*(stack.send(cid, f"/agent what is {i}*2") for i in range(50)))
         assert all(r.status_code == 202 for r in responses), [r.text for r in responses if r.status_code != 202]
         await stack.state.tasks.join()
-        async with unit_of_work(stack.state.storage.sessionmaker) as session:
+        async with transaction(stack.state.storage.sessionmaker) as session:
             rows = (await session.scalars(select(ConversationAgentSession))).all()
             replies = (await session.scalars(
                 select(Message).where(Message.conversation_id == cid, Message.role == "assistant")

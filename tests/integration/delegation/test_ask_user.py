@@ -23,9 +23,9 @@ from conversation_service.db.models import (
     InteractionStatus,
     PendingInteraction,
 )
-from conversation_service.db.repository import unit_of_work
 from conversation_service.interactions.expiry import QuestionExpiry
 from shared.protocol import utcnow
+from shared.transactions import transaction
 from tests.integration.conversation_service.support import SECRET, auth, connect, ws_url
 from tests.integration.delegation.stack import (
     AGENT_KEY,
@@ -48,7 +48,7 @@ async def _ask(stack, ws, cid: str, content: str = "/agent plan a trip") -> dict
 
 
 async def _session_rows(stack) -> list[ConversationAgentSession]:
-    async with unit_of_work(stack.state.storage.sessionmaker) as session:
+    async with transaction(stack.state.storage.sessionmaker) as session:
         return list((await session.scalars(select(ConversationAgentSession))).all())
 
 
@@ -125,7 +125,7 @@ async def test_answer_errors_409_410_404(database_factory, tmp_path):
 
         # Expired: move the question's deadline into the past, as the clock would.
         ask2 = await _ask(stack, ws, cid, "plan a trip")  # the open session keeps routing to the agent
-        async with unit_of_work(stack.state.storage.sessionmaker) as session:
+        async with transaction(stack.state.storage.sessionmaker) as session:
             question = await session.get(PendingInteraction, ask2["question_id"])
             question.expires_at = utcnow() - timedelta(seconds=1)
         gone = await stack.answer(cid, ask2["question_id"], "Lisbon")
@@ -174,7 +174,7 @@ async def test_three_cleanup_workers_handle_each_expired_question_once(database_
     ):
         state = stack.state
         past = utcnow() - timedelta(minutes=1)
-        async with unit_of_work(state.storage.sessionmaker) as session:
+        async with transaction(state.storage.sessionmaker) as session:
             for i in range(200):
                 conversation = await ConversationRepository(session).create(owner_id="alice", org_id=None, title="")
                 row = ConversationAgentSession(
@@ -191,7 +191,7 @@ async def test_three_cleanup_workers_handle_each_expired_question_once(database_
         workers = [QuestionExpiry(state.storage.sessionmaker, state.realtime.publisher, state.metrics.agent, batch=7)
                    for _ in range(3)]
         handled = await asyncio.gather(*(w.expire_all_due() for w in workers))
-        async with unit_of_work(state.storage.sessionmaker) as session:
+        async with transaction(state.storage.sessionmaker) as session:
             statuses = (await session.scalars(select(PendingInteraction.status))).all()
             rows = (await session.scalars(select(ConversationAgentSession.status))).all()
     every = [qid for ids in handled for qid in ids]

@@ -14,8 +14,8 @@ from sqlalchemy import select
 from agent_service.app import create_app as create_agent_app
 from agent_service.settings import AgentServiceSettings
 from conversation_service.db.models import ConversationFrame
-from conversation_service.db.repository import unit_of_work
 from shared.llm.builtin import BuiltinProvider
+from shared.transactions import transaction
 from tests.integration.conversation_service.support import connect
 from tests.integration.delegation.stack import AGENT_KEY, agent_service, chat_service, frames_of, recv_until
 from tests.support.servers import serve_app
@@ -66,7 +66,7 @@ async def test_client_on_replica_b_receives_the_run_consumed_by_replica_a(databa
             replica.state.metrics.registry.get_sample_value("conversation_agent_turns_total", {"outcome": "complete"})
             for replica in (a, b)
         )
-        async with unit_of_work(a.state.storage.sessionmaker) as session:
+        async with transaction(a.state.storage.sessionmaker) as session:
             persisted = (await session.scalars(
                 select(ConversationFrame).where(ConversationFrame.conversation_id == cid)
                 .order_by(ConversationFrame.seq)

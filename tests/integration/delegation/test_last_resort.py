@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import select
 
 from conversation_service.db.models import Turn, TurnStatus
-from conversation_service.db.repository import unit_of_work
 from conversation_service.dead_letters.router import OPERATOR_KEY_HEADER
+from shared.transactions import transaction
 from tests.integration.conversation_service.support import connect
 from tests.integration.delegation.fake_agent import ANSWER, FakeAgentService
 from tests.integration.delegation.stack import AGENT_KEY, chat_service, frames_of, recv_until
@@ -44,7 +44,7 @@ def _turn_over(frame: dict) -> bool:
 
 
 async def _turn(stack, turn_id: str) -> Turn:
-    async with unit_of_work(stack.state.storage.sessionmaker) as session:
+    async with transaction(stack.state.storage.sessionmaker) as session:
         return (await session.scalars(select(Turn).where(Turn.id == turn_id))).one()
 
 

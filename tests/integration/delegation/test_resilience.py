@@ -20,9 +20,9 @@ from conversation_service.agent_client import (
     AgentRequestTimeoutError,
 )
 from conversation_service.db.models import DeadLetter, Message
-from conversation_service.db.repository import unit_of_work
 from conversation_service.resilience.breaker import BreakerState
 from conversation_service.settings.routing import FALLBACK_NOTICE
+from shared.transactions import transaction
 from tests.integration.conversation_service.support import connect
 from tests.integration.delegation.fake_agent import (
     ANSWER,
@@ -61,14 +61,14 @@ def ends_turn(frame: dict) -> bool:
 
 
 async def assistant_messages(stack: Stack, cid: str) -> list[Message]:
-    async with unit_of_work(stack.state.storage.sessionmaker) as session:
+    async with transaction(stack.state.storage.sessionmaker) as session:
         return list((await session.scalars(
             select(Message).where(Message.conversation_id == cid, Message.role == "assistant")
         )).all())
 
 
 async def dead_letters(stack: Stack, cid: str) -> list[DeadLetter]:
-    async with unit_of_work(stack.state.storage.sessionmaker) as session:
+    async with transaction(stack.state.storage.sessionmaker) as session:
         return list((await session.scalars(select(DeadLetter).where(DeadLetter.conversation_id == cid))).all())
 
 

@@ -16,10 +16,10 @@ from conversation_service.db.models import (
     TurnStatus,
     utcnow,
 )
-from conversation_service.db.repository import unit_of_work
 from conversation_service.realtime.frames import Frame
 from conversation_service.realtime.repository import FrameRepository
 from shared.db import create_engine, create_sessionmaker
+from shared.transactions import transaction
 from tests.integration.conversation_service.support import collect_until, connect, make_settings, running
 from tests.integration.delegation.stack import frames_of
 
@@ -33,7 +33,7 @@ async def _died_mid_turn(database_url: str, *, kind: str | None, reply: tuple[st
     engine = create_engine(database_url)
     await migrate.upgrade(engine)
     try:
-        async with unit_of_work(create_sessionmaker(engine)) as session:
+        async with transaction(create_sessionmaker(engine)) as session:
             conversation = Conversation(owner_id="alice", org_id="acme", title="t")
             session.add(conversation)
             await session.flush()
@@ -62,7 +62,7 @@ async def _died_mid_turn(database_url: str, *, kind: str | None, reply: tuple[st
 
 
 async def _turn_and_message(app, turn_id: str, message_id: str) -> tuple[Turn, Message]:
-    async with unit_of_work(app.state.storage.sessionmaker) as session:
+    async with transaction(app.state.storage.sessionmaker) as session:
         return await session.get(Turn, turn_id), await session.get(Message, message_id)
 
 
@@ -103,7 +103,7 @@ async def test_a_message_that_got_no_reply_frame_is_answered_afresh(database_url
         frames = await collect_until(ws, lambda f: f["type"] == "message.completed")
         await ws.close()
         await app.state.tasks.join()
-        async with unit_of_work(app.state.storage.sessionmaker) as session:
+        async with transaction(app.state.storage.sessionmaker) as session:
             turn = await session.get(Turn, ids["user"])
 
     created = [f for f in frames_of(frames, "message.created") if f["data"]["role"] == "assistant"]

@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from conversation_service.agent_delegation.repository import DeadLetterRepository
 from conversation_service.db.migrate import upgrade
 from conversation_service.db.models import utcnow
-from conversation_service.db.repository import unit_of_work
 from shared.db import create_engine, create_sessionmaker
+from shared.transactions import transaction
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ async def sessionmaker(database_url: str) -> AsyncIterator[async_sessionmaker]:
 
 
 async def add_letter(sessionmaker: async_sessionmaker, message_id: str = "m-1") -> str:
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         letter = await DeadLetterRepository(session).add(
             conversation_id="c-1", message_id=message_id, agent_session_id=None, error_code="AgentConnectError",
             error_detail="connection refused", payload={"message": "what is 17*23"}, attempts=3,
@@ -36,7 +36,7 @@ async def add_letter(sessionmaker: async_sessionmaker, message_id: str = "m-1") 
 
 
 async def claim(sessionmaker: async_sessionmaker, letter_id: str) -> bool:
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         return await DeadLetterRepository(session).claim_replay(letter_id, utcnow())
 
 
@@ -51,7 +51,7 @@ async def test_a_claim_that_read_the_letter_unclaimed_still_loses_to_an_earlier_
     sessionmaker: async_sessionmaker,
 ) -> None:
     letter_id = await add_letter(sessionmaker)
-    async with unit_of_work(sessionmaker) as late:
+    async with transaction(sessionmaker) as late:
         letters = DeadLetterRepository(late)
         assert (await letters.get(letter_id)).replayed_at is None
         assert await claim(sessionmaker, letter_id) is True  # another operator, committed meanwhile
@@ -64,10 +64,10 @@ async def test_the_listing_is_newest_first_and_pending_leaves_out_replayed_lette
     older = await add_letter(sessionmaker, "m-1")
     newer = await add_letter(sessionmaker, "m-2")
     assert await claim(sessionmaker, older)
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         letters = DeadLetterRepository(session)
         await letters.record_replay(older, "complete", "")
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         letters = DeadLetterRepository(session)
         assert [letter.id for letter in await letters.newest(10)] == [newer, older]
         assert [letter.id for letter in await letters.newest(10, pending_only=True)] == [newer]

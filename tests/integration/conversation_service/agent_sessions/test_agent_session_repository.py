@@ -17,8 +17,8 @@ from conversation_service.agent_sessions.repository import AgentSessionRepositor
 from conversation_service.agent_sessions.service import AgentSessionService
 from conversation_service.db.migrate import upgrade
 from conversation_service.db.models import AgentSessionStatus, Conversation, ConversationAgentSession, utcnow
-from conversation_service.db.repository import unit_of_work
 from shared.db import create_engine, create_sessionmaker
+from shared.transactions import transaction
 
 S = AgentSessionStatus
 
@@ -34,7 +34,7 @@ async def sessionmaker(database_url: str) -> AsyncIterator[async_sessionmaker]:
 
 
 async def _conversation(sessionmaker: async_sessionmaker, owner: str = "u1") -> str:
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         conversation = Conversation(owner_id=owner, org_id="o1", title="t")
         session.add(conversation)
         await session.flush()
@@ -52,7 +52,7 @@ async def _count(sessionmaker: async_sessionmaker, conversation_id: str) -> int:
 
 async def test_create_and_look_up_by_either_id(sessionmaker: async_sessionmaker) -> None:
     conversation_id = await _conversation(sessionmaker)
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         repo = AgentSessionRepository(session)
         row = await repo.create(conversation_id, profile_name="research")
         assert (row.status, row.agent_session_id, row.profile_name) == ("ACTIVE", None, "research")
@@ -74,7 +74,7 @@ async def test_create_and_look_up_by_either_id(sessionmaker: async_sessionmaker)
 
 async def test_second_open_session_is_a_conflict_and_the_transaction_survives(sessionmaker) -> None:
     conversation_id = await _conversation(sessionmaker)
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         repo = AgentSessionRepository(session)
         first = await repo.create(conversation_id)
         with pytest.raises(AgentSessionConflict) as caught:
@@ -83,7 +83,7 @@ async def test_second_open_session_is_a_conflict_and_the_transaction_survives(se
         # Only the failed insert was rolled back: the first row is still there and commits.
         assert (await repo.get_open_for_conversation(conversation_id)).id == first.id  # type: ignore[union-attr]
 
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         repo = AgentSessionRepository(session)
         assert await repo.update_status(first.id, S.COMPLETED) is not None
         # Finished sessions do not count: the conversation may open a new one.
@@ -97,7 +97,7 @@ async def test_second_open_session_is_a_conflict_and_the_transaction_survives(se
 async def test_unknown_conversation_and_duplicate_agent_session_id(sessionmaker) -> None:
     a = await _conversation(sessionmaker)
     b = await _conversation(sessionmaker)
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         repo = AgentSessionRepository(session)
         with pytest.raises(UnknownConversation):
             await repo.create("00000000-0000-0000-0000-000000000000")
@@ -116,7 +116,7 @@ async def test_unknown_conversation_and_duplicate_agent_session_id(sessionmaker)
 
 async def test_status_changes(sessionmaker) -> None:
     conversation_id = await _conversation(sessionmaker)
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         service = AgentSessionService(session)
         repo = service.repository
         row, created = await service.get_or_create_open(conversation_id, profile_name="default")
@@ -147,7 +147,7 @@ async def test_status_changes(sessionmaker) -> None:
 
 async def test_a_turn_start_reopens_and_clears_the_question_in_one_update(sessionmaker) -> None:
     conversation_id = await _conversation(sessionmaker)
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         service = AgentSessionService(session)
         row, _ = await service.get_or_create_open(conversation_id, profile_name="default")
         repository = service.repository
@@ -165,7 +165,7 @@ async def test_a_turn_start_reopens_and_clears_the_question_in_one_update(sessio
 async def test_touch_and_event_seq(sessionmaker) -> None:
     conversation_id = await _conversation(sessionmaker)
     now = utcnow()
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         repo = AgentSessionRepository(session)
         row = await repo.create(conversation_id, now=now - timedelta(minutes=10))
         touched = await repo.touch(row.id, now=now)
@@ -187,7 +187,7 @@ async def test_fifty_concurrent_creations_make_exactly_one_session(sessionmaker)
 
     async def attempt() -> str:
         await start.wait()
-        async with unit_of_work(sessionmaker) as session:
+        async with transaction(sessionmaker) as session:
             row = await AgentSessionRepository(session).create(conversation_id)
             return row.id
 
@@ -208,7 +208,7 @@ async def test_fifty_concurrent_get_or_create_share_one_session(sessionmaker) ->
 
     async def attempt() -> tuple[str, bool]:
         await start.wait()
-        async with unit_of_work(sessionmaker) as session:
+        async with transaction(sessionmaker) as session:
             row, created = await AgentSessionService(session).get_or_create_open(conversation_id)
             return row.id, created
 

@@ -21,8 +21,8 @@ from websockets.exceptions import InvalidStatus
 from conversation_service.app import create_app
 from conversation_service.auth.sealing import derive, lookup_id, unseal
 from conversation_service.db.models import WebSession
-from conversation_service.db.repository import unit_of_work
 from conversation_service.websocket.protocol import server_options
+from shared.transactions import transaction
 from tests.integration.conversation_service.auth.support import PageBrowser, chat_settings
 from tests.integration.conversation_service.support import collect_until, make_settings, recv_frame, ws_url
 from tests.support.oidc_provider import CHAT_CLIENT, ProviderConfig, running_provider
@@ -49,7 +49,7 @@ async def signed_in_stack(tmp_path: Path, database_url: str, *, ttl: int = 300, 
 
 
 async def _row(app, secret: str) -> WebSession | None:
-    async with unit_of_work(app.state.storage.sessionmaker) as session:
+    async with transaction(app.state.storage.sessionmaker) as session:
         return (await session.execute(select(WebSession).where(WebSession.id == lookup_id(secret)))).scalar_one_or_none()
 
 

@@ -11,9 +11,9 @@ from agent_service.app import create_app as create_agent_app
 from agent_service.settings import AgentServiceSettings
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.db.models import AgentSessionStatus
-from conversation_service.db.repository import unit_of_work
 from shared.llm.builtin import BuiltinProvider
 from shared.protocol import SessionStatus
+from shared.transactions import transaction
 from tests.integration.conversation_service.support import auth, collect_until, connect
 from tests.integration.delegation.stack import AGENT_KEY, chat_service
 from tests.support.servers import serve_app
@@ -65,7 +65,7 @@ async def test_stop_cancels_the_agent_run_and_ends_the_reply_stopped(database_fa
         items = (await chat.http.get(f"{chat.chat_url}/conversations/{cid}/messages", headers=auth("alice"))).json()
         reply = items["items"][-1]
         run = await chat.state.agent_client.get_session_status(reply["agent_session_id"])
-        async with unit_of_work(chat.state.storage.sessionmaker) as session:
+        async with transaction(chat.state.storage.sessionmaker) as session:
             row = await AgentSessionRepository(session).get_by_agent_session_id(reply["agent_session_id"])
 
         # Another answer in its place is a new run: the cancelled one is not joined again.

@@ -10,8 +10,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import httpx
 
 from conversation_service.db.models import TurnStatus
-from conversation_service.db.repository import unit_of_work
 from conversation_service.turns.repository import TurnRepository
+from shared.transactions import transaction
 from tests.integration.conversation_service.support import (
     auth,
     collect_until,
@@ -77,7 +77,7 @@ async def test_stop_ends_a_direct_reply_for_every_client_and_in_storage(database
         frames2 = await collect_until(tab2, _ended)
         await app.state.tasks.join()
         items = await _messages(client, base, cid)
-        async with unit_of_work(app.state.storage.sessionmaker) as session:
+        async with transaction(app.state.storage.sessionmaker) as session:
             turn = await TurnRepository(session).get(sent.json()["message_id"])
 
     for frames in (frames1, frames2):

@@ -35,7 +35,6 @@ from conversation_service.db.models import (
     MessageStatus,
     PendingInteraction,
 )
-from conversation_service.db.repository import unit_of_work
 from conversation_service.metrics import ConversationMetrics, agent_events_in_hand
 from conversation_service.realtime.frames import Frame, FrameType, MessageCreated
 from conversation_service.realtime.hub import InProcessHub
@@ -49,7 +48,7 @@ from conversation_service.replies.policy import AGENT_ERROR_TEXT as USER_ERROR_T
 from conversation_service.replies.policy import DEFAULT_AGENT_ERROR_TEXT as DEFAULT_USER_ERROR
 from shared.db import create_engine, create_sessionmaker
 from shared.protocol import EventEnvelope, EventType, utcnow
-from shared.transactions import Transactions
+from shared.transactions import Transactions, transaction
 
 AGENT_SESSION_ID = "agent-sess-1"
 ASK_USER_TIMEOUT_S = 300.0
@@ -131,15 +130,15 @@ class Bed:
         )
 
     async def message(self) -> Message:
-        async with unit_of_work(self.sessionmaker) as session:
+        async with transaction(self.sessionmaker) as session:
             return await session.get(Message, self.message_id)
 
     async def session_row(self) -> ConversationAgentSession:
-        async with unit_of_work(self.sessionmaker) as session:
+        async with transaction(self.sessionmaker) as session:
             return await session.get(ConversationAgentSession, self.session_row_id)
 
     async def agent_status(self) -> str | None:
-        async with unit_of_work(self.sessionmaker) as session:
+        async with transaction(self.sessionmaker) as session:
             return (await session.get(Conversation, self.conversation_id)).agent_status
 
 
@@ -154,7 +153,7 @@ async def _make_bed(database_url: str, *, flush_interval: float,
                          metrics=metrics.frames)
 
     async def floor(conversation_id: str) -> int:
-        async with unit_of_work(sessionmaker) as session:
+        async with transaction(sessionmaker) as session:
             persisted = await FrameRepository(session).max_seq(conversation_id)
         return max(persisted, writer.pending_max(conversation_id))
 
@@ -163,7 +162,7 @@ async def _make_bed(database_url: str, *, flush_interval: float,
     writer.start()
     seq = InProcessSeqAllocator(floor, SeqReservations(Transactions(sessionmaker, budget_s=5)), block=seq_block)
     publisher = FramePublisher(seq, writer, hub, metrics.frames)
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         conversation = Conversation(owner_id="alice", org_id="acme", title="t", agent_status="thinking")
         session.add(conversation)
         await session.flush()
@@ -282,7 +281,7 @@ async def test_each_event_type_maps_to_its_frame(bed: Bed) -> None:
 
     # Every frame is persisted for replay (the terminal frame is a boundary: committed at once).
     await bed.writer.flush()
-    async with unit_of_work(bed.sessionmaker) as session:
+    async with transaction(bed.sessionmaker) as session:
         persisted = await FrameRepository(session).list_after(bed.conversation_id, 0, limit=100)
     assert [(f.seq, f.type, f.data) for f in persisted] == [(f.seq, f.type, f.data) for f in bed.log.frames]
 
@@ -389,7 +388,7 @@ async def test_ask_user_creates_the_pending_question_and_pauses(bed: Bed) -> Non
     assert asked.data["question_id"] == "q-42" and asked.data["question"] == "Which city do you mean?"
     assert asked.data["kind"] == "question" and asked.data["message_id"] == bed.message_id
 
-    async with unit_of_work(bed.sessionmaker) as session:
+    async with transaction(bed.sessionmaker) as session:
         question = await session.get(PendingInteraction, "q-42")
         count = await session.scalar(select(func.count()).select_from(PendingInteraction))
     assert count == 1
@@ -416,7 +415,7 @@ async def test_a_replayed_ask_user_does_not_create_the_question_twice(bed: Bed) 
     await bed.processor().process(bed.turn(), stream_of(numbered([ask])))
     outcome = await bed.processor().process(bed.turn(), stream_of(numbered([ask])))
     assert outcome.kind is TurnOutcomeKind.ASK_USER
-    async with unit_of_work(bed.sessionmaker) as session:
+    async with transaction(bed.sessionmaker) as session:
         assert await session.scalar(select(func.count()).select_from(PendingInteraction)) == 1
 
 
@@ -707,7 +706,7 @@ async def test_processing_many_runs_keeps_statement_count_independent_of_chunks(
             finally:
                 statements.close()
             assert outcome.kind is TurnOutcomeKind.COMPLETE
-            async with unit_of_work(bed.sessionmaker) as session:
+            async with transaction(bed.sessionmaker) as session:
                 frames = await session.scalar(select(func.count()).select_from(ConversationFrame)
                                               .where(ConversationFrame.conversation_id == bed.conversation_id))
             assert frames == 1 + n_chunks + 2

@@ -10,11 +10,11 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from conversation_service.db.migrate import upgrade
 from conversation_service.db.models import Conversation
-from conversation_service.db.repository import unit_of_work
 from conversation_service.history.repository import DatabaseSummaryCache
 from conversation_service.history.summary_cache import CachedSummary, InMemorySummaryCache, SummaryCache
 from shared.db import create_engine, create_sessionmaker
 from shared.protocol import utcnow
+from shared.transactions import transaction
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ async def db_sessionmaker(database_url: str) -> AsyncIterator[async_sessionmaker
 async def _conversations(sessionmaker: async_sessionmaker | None, n: int) -> list[str]:
     if sessionmaker is None:
         return [f"c{i}" for i in range(n)]
-    async with unit_of_work(sessionmaker) as session:
+    async with transaction(sessionmaker) as session:
         rows = [Conversation(owner_id="u1", title="t") for _ in range(n)]
         session.add_all(rows)
         await session.flush()
