@@ -53,7 +53,7 @@ def build_card(settings: AgentServiceSettings, profiles: ProfileStore, base_url:
             "extendedAgentCard": False,
             "extensions": [{"uri": RESUME_EXTENSION, "description": _RESUME_DESCRIPTION, "required": False}],
         },
-        "defaultInputModes": list(INPUT_MODES),
+        "defaultInputModes": list(dict.fromkeys([*INPUT_MODES, *settings.a2a_file_types])),
         "defaultOutputModes": list(OUTPUT_MODES),
         "skills": [
             {"id": profile.name, "name": profile.name, "description": profile.description or profile.name,
