@@ -72,7 +72,7 @@ class AgentServiceSettings(BaseSettings):
     # Per-subscriber live queue; a subscriber that falls this far behind is dropped and reconnects.
     live_queue_size: Annotated[int, Field(gt=0)] = 10_000
     # Transcripts of sessions this process completed, kept so the next message to one starts its
-    # model call before the session is read (runs.snapshots); bounded by their estimated size.
+    # model call before the session is read (events.snapshots); bounded by their estimated size.
     # 0 keeps none (every run reads its session first).
     session_snapshot_max_bytes: Annotated[int, Field(ge=0)] = 4 * 1024 * 1024
     # A replica that does not run a session itself follows its event log. On PostgreSQL each commit

@@ -35,7 +35,7 @@ from agent_service.a2a.schemas import (
     SubscribeToTaskRequest,
 )
 from agent_service.a2a.transport import A2AParts
-from agent_service.runs.streaming import EventStreamResponse
+from agent_service.events.streaming import EventStreamResponse
 
 log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)

@@ -41,7 +41,7 @@ from agent_service.a2a.transport import (
     sse_event,
     validated,
 )
-from agent_service.runs.streaming import EventStreamResponse
+from agent_service.events.streaming import EventStreamResponse
 
 log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)

@@ -36,10 +36,10 @@ from agent_service.a2a.schemas import (
     TaskState,
 )
 from agent_service.errors import AgentServiceError, NothingToCancel
-from agent_service.runs.event_log import EventLog
+from agent_service.events.event_log import EventLog
+from agent_service.events.streaming import EventStreamer
 from agent_service.runs.schemas import RunHandle
 from agent_service.runs.service import RunService
-from agent_service.runs.streaming import EventStreamer
 from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings
 from shared.protocol import Answer, EventEnvelope, ExecuteRequest, utcnow
