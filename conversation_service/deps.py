@@ -4,7 +4,7 @@ request's unit of work). A domain's own parts have their aliases beside its rout
 package's ``deps.py`` when other packages use them too (``OwnedConversation`` in
 ``conversations/deps.py``, ``AuthDep`` in ``auth/deps.py``, ``MessageServiceDep`` in ``messages/deps.py``).
 
-The started parts are read from ``app.state`` through ``shared.app_state.started`` only.
+Every alias reads the started parts from ``app.state`` through ``shared.app_state.started``.
 """
 
 from __future__ import annotations

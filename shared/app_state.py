@@ -1,8 +1,8 @@
 """What a service's lifespan started, read from ``app.state`` by a request's dependencies.
 
 Every ``Annotated`` dependency alias of both services (the service-wide ones in its ``deps.py``, a
-domain's own beside its router or in its package's ``deps.py``) reads its part through ``started``: the started parts
-are reached from ``app.state`` here and nowhere else."""
+domain's own beside its router or in its package's ``deps.py``) reads its part through ``started``.
+(The A2A routes, which take no FastAPI dependencies, read ``app.state.agent`` themselves.)"""
 
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ async def jsonrpc(request: Request) -> Response:
     request_id: RequestId = None
     a2a = transport.parts(request)
     try:
-        transport.authenticate(request, a2a.settings)
+        await transport.authenticate(request, a2a.settings)
         transport.check_content_type(request)
         request_id, method, params = _envelope(await request.body())
         transport.check_version(request)

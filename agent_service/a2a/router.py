@@ -68,7 +68,7 @@ def _rest(operation: Operation) -> Operation:
 
     async def handle(request: Request) -> Response:
         try:
-            authenticate(request, parts(request).settings)
+            await authenticate(request, parts(request).settings)
             check_version(request)
             return await operation(request)
         except A2AError as exc:
