@@ -93,7 +93,7 @@ class Tracing:
     enabled = True
 
     def __init__(self, provider: Any, *, trust_client_context: bool, capture_content: bool) -> None:
-        self.provider = provider
+        self.tracer_provider = provider
         self.tracer = provider.get_tracer("taskforce")
         # Whether a caller's traceparent is honoured (its trace continued) or only linked to.
         self.trust_client_context = trust_client_context
@@ -203,8 +203,8 @@ class Tracing:
 
         def stop() -> None:
             try:
-                self.provider.force_flush(int(max(timeout_s, 0.1) * 1000))
-                self.provider.shutdown()
+                self.tracer_provider.force_flush(int(max(timeout_s, 0.1) * 1000))
+                self.tracer_provider.shutdown()
             finally:
                 loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
 
