@@ -42,11 +42,16 @@ def _headers() -> dict[str, str]:
 
 
 def _script(body: dict[str, Any]) -> Reply:
-    """First the calculator, then the answer: as long as the user asked ("long" or not)."""
+    """A direct reply (no tools offered) answers at once. The agent first calls the calculator (or,
+    asked to plan a trip, asks where to), then answers: as long as the user asked ("long" or not)."""
     messages = body["messages"]
+    if not body.get("tools"):
+        return TextReply(tokens=SHORT)
     if messages[-1]["role"] == "tool":
         asked = next(m["content"] for m in reversed(messages) if m["role"] == "user")
         return TextReply(tokens=LONG if "long" in asked else SHORT)
+    if "trip" in messages[-1]["content"]:
+        return ToolCallReply(calls=[("ask_user", {"question": "Where to?"})])
     return ToolCallReply(calls=[("calculator", {"expression": "17*23"})])
 
 
@@ -219,6 +224,40 @@ async def test_one_websocket_message_is_one_trace_through_both_services(stack: S
             assert any(line.startswith(metric) and f'trace_id="{trace_id}"' in line for line in answer.text.splitlines())
             plain = await http.get(f"{url}/metrics")
             assert plain.headers["content-type"].startswith("text/plain") and "trace_id" not in plain.text
+
+
+async def test_a_direct_reply_posted_over_rest_is_one_trace_down_to_the_model_server(stack: Stack) -> None:
+    cid = await stack.conversation()
+    traceparent, trace_id, client_span = _traceparent()
+    async with httpx.AsyncClient(timeout=30) as http:
+        r = await http.post(f"{stack.chat.url}/conversations/{cid}/messages", json={"content": "hello there"},
+                            headers={**_headers(), "traceparent": traceparent})
+        assert r.status_code == 202 and r.json()["route"]["target"] == "direct_llm", r.text
+    spans = await stack.spans_of(trace_id, until=lambda spans: any(s.name == "chat turn" for s in spans)
+                                 and any(s.name == f"chat {MODEL}" for s in spans))
+    post = _one(spans, "conversation_service", "POST /conversations/{conversation_id}/messages")
+    assert post.parent_span_id == client_span and post.attributes["http.response.status_code"] == 202
+    turn = _one(spans, "conversation_service", "chat turn")
+    assert turn.parent_span_id == post.span_id
+    model = _one(spans, "conversation_service", f"chat {MODEL}")
+    assert turn in stack.receiver.ancestors(model) and model.attributes["gen_ai.usage.output_tokens"] == SHORT
+    assert {s.service for s in spans} == {"conversation_service"}  # the direct path: no agent
+    sent = [r.traceparent for r in stack.fake.requests if r.traceparent and r.traceparent.split("-")[1] == trace_id]
+    assert len(sent) == 1
+
+
+async def test_the_answer_to_a_question_resumes_the_run_in_a_trace_linked_to_the_question(stack: Stack) -> None:
+    cid = await stack.conversation()
+    asked_tp, asked_trace, _ = _traceparent()
+    frames = await stack.send_over_websocket(cid, "/agent plan a trip", asked_tp, until="agent.ask_user")
+    question_run = await _until_span(stack, lambda s: s.trace_id == asked_trace and s.name == "invoke_agent default"
+                                     and s.attributes.get("taskforce.run.outcome") == "ask_user")
+    answer_tp, answer_trace, _ = _traceparent()
+    await stack.send_over_websocket(cid, "Lisbon", answer_tp, until="message.completed")
+    resumed = await _until_span(stack, lambda s: s.trace_id == answer_trace and s.name == "invoke_agent default")
+    # The run's row keeps the context it was started in: the execute request the question's run ran under.
+    assert resumed.links == [(asked_trace, question_run.parent_span_id)], frames[-1]
+    assert resumed.attributes["taskforce.run.outcome"] == "complete"
 
 
 async def test_the_span_count_of_a_reply_does_not_grow_with_its_tokens(stack: Stack) -> None:
