@@ -24,6 +24,7 @@ from typing import TypeVar
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from shared.group_commit import RETRY_PAUSES_S
@@ -67,9 +68,11 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 def is_unavailable(exc: BaseException) -> bool:
     """Whether ``exc`` says the database was not there (refused, reset, closed, starting or stopping,
-    SQLite's lock not granted) rather than that the statement was wrong: only then is running the
-    same transaction again worth it."""
+    SQLite's lock not granted, no pooled connection free within the pool's timeout under a burst)
+    rather than that the statement was wrong: only then is running the same transaction again worth it."""
     for cause in _causes(exc):
+        if isinstance(cause, PoolTimeout):
+            return True
         if isinstance(cause, DBAPIError) and cause.connection_invalidated:
             return True
         if isinstance(cause, (ConnectionError, TimeoutError, DisconnectionError, *_ASYNCPG_GONE)):
