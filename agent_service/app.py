@@ -66,6 +66,10 @@ from shared.oidc.provider import IdentityProvider
 from shared.oidc.verifier import AccessTokenVerifier
 from shared.rate_limit import RateLimiter, build_limiter, default_model
 from shared.serving import Shutdown
+from shared.tracing import NO_TRACING, Tracing, TracingOff
+from shared.tracing.asgi import TracingMiddleware
+from shared.tracing.config import TracingConfig, build_tracing
+from shared.tracing.logs import install_log_ids
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +96,24 @@ class AgentState:
     a2a: A2AParts | None = None
 
 
-async def build_storage(stack: AsyncExitStack, settings: AgentServiceSettings) -> AsyncEngine:
+def build_tracing_of(stack: AsyncExitStack, app: FastAPI, config: TracingConfig) -> Tracing | TracingOff:
+    """This process's tracer provider (one per worker), closed last: the spans of the runs that
+    ended on shutdown are exported within what is left of the grace period. Its callers are services
+    (the ConversationService, A2A clients with a key): their trace context is continued."""
+    tracing = app.state.tracing = build_tracing("agent_service", config, trust_client_context=True)
+    if tracing.enabled:
+        install_log_ids()
+        shutdown: Shutdown = app.state.shutdown
+        stack.push_async_callback(lambda: tracing.aclose(max(shutdown.remaining(), 0.5)))
+    return tracing
+
+
+async def build_storage(
+    stack: AsyncExitStack, settings: AgentServiceSettings, tracing: Tracing | TracingOff,
+) -> AsyncEngine:
     db_engine = create_engine(settings.database_url)
     stack.push_async_callback(db_engine.dispose)
+    tracing.instrument(db_engine)
     if settings.should_migrate_on_start:
         await run_migrations(db_engine)
     return db_engine
@@ -156,19 +175,21 @@ def build_memory(
 
 def build_model(
     stack: AsyncExitStack, settings: AgentServiceSettings, provider: LLMProvider | None, metrics: AgentMetrics,
+    tracing: Tracing | TracingOff,
 ) -> LLMProvider:
-    if provider is not None:
-        return provider
-    provider = build_provider(
-        settings.llm, on_wait=metrics.llm_connection_wait.observe, on_waiters=metrics.llm_connection_waiters.set
-    )
-    stack.push_async_callback(provider.aclose)
-    return provider
+    """The model (traced: a GenAI span per call, ``traceparent`` on its requests, when tracing is on)."""
+    if provider is None:
+        provider = build_provider(
+            settings.llm, on_wait=metrics.llm_connection_wait.observe, on_waiters=metrics.llm_connection_waiters.set,
+            wrap_transport=tracing.transport if tracing.enabled else None,
+        )
+        stack.push_async_callback(provider.aclose)
+    return tracing.provider(provider, default_model(settings.llm, provider))
 
 
 async def build_runs(
     stack: AsyncExitStack, settings: AgentServiceSettings, sessionmaker: async_sessionmaker, engine: ReActEngine,
-    metrics: AgentMetrics,
+    metrics: AgentMetrics, tracing: Tracing | TracingOff,
 ) -> tuple[EventLog, RunManager, LeaseKeeper]:
     """The event log, the runs of this process and the keeper of their leases; runs a previous stop
     left behind are ended before the service takes requests."""
@@ -187,7 +208,7 @@ async def build_runs(
     stack.push_async_callback(event_log.aclose)
     manager = RunManager(
         sessionmaker=sessionmaker, event_log=event_log, engine=engine, metrics=metrics, owner_id=new_owner_id(),
-        lease_seconds=settings.lease_seconds, snapshot_max_bytes=settings.session_snapshot_max_bytes,
+        lease_seconds=settings.lease_seconds, snapshot_max_bytes=settings.session_snapshot_max_bytes, tracing=tracing,
     )
     event_log.lease_to(manager.owner_id, manager.taken_over_runs)
     # Renewals on a pool of their own: never late because every request holds a connection.
@@ -232,25 +253,26 @@ async def build_agent(
 ) -> AgentState:
     metrics = AgentMetrics()
     install_http_metrics(app, metrics.registry)
-    db_engine = await build_storage(stack, settings)
+    tracing = build_tracing_of(stack, app, TracingConfig.from_env())
+    db_engine = await build_storage(stack, settings, tracing)
     sessionmaker = create_sessionmaker(db_engine)
     profiles = ProfileStore.from_file(settings.profiles_file)
     tools = await build_tools(settings, sessionmaker, profiles, tools)
-    provider = build_model(stack, settings, provider, metrics)
+    provider = build_model(stack, settings, provider, metrics, tracing)
     memory = build_memory(stack, settings, sessionmaker, metrics)
     engine = ReActEngine(
         provider, tools, metrics, ask_user_timeout_s=settings.ask_user_timeout_seconds,
         tool_timeout_s=settings.tool_timeout_seconds, max_tool_result_chars=settings.max_tool_result_chars,
         hooks=build_hooks(stack, settings, metrics), limiter=build_rate_limits(stack, settings),
-        default_model=default_model(settings.llm, provider), memory=memory,
+        default_model=default_model(settings.llm, provider), memory=memory, tracing=tracing,
     )
-    event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics)
+    event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics, tracing)
     token_verifier = await build_token_verifier(stack, settings, metrics)
     if not settings.api_keys and token_verifier is None:
         log.warning("AGENT_SERVICE_API_KEYS is empty: every authenticated request is refused")
     run_service = RunService(
         settings=settings, sessionmaker=sessionmaker, profiles=profiles, manager=manager, event_log=event_log,
-        admission=run_admission(settings, metrics),
+        admission=run_admission(settings, metrics), tracing=tracing,
     )
     session_service = SessionService(settings=settings, sessionmaker=sessionmaker, manager=manager, event_log=event_log)
     streamer = EventStreamer(
@@ -304,6 +326,7 @@ def create_app(
     app = FastAPI(title="TaskForce Agent Service", version="1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     # Begun by the server on SIGTERM (``shared.serving``): SSE streams end on it.
     app.state.shutdown = Shutdown(settings.shutdown_grace_s)
+    app.state.tracing = NO_TRACING  # until the lifespan has built this process's tracer provider
     install_api_docs(app)  # /docs with its files served from here: it works offline
     install_openapi(app)  # the document defines the ErrorBody every error answer is
     install_error_handlers(app)
@@ -314,6 +337,8 @@ def create_app(
     app.add_middleware(RequestIdMiddleware)
     # Outermost, so the count includes answers of the other middleware (413) and unhandled errors.
     app.add_middleware(HttpMetricsMiddleware)
+    if TracingConfig.from_env().enabled:  # off: no middleware at all
+        app.add_middleware(TracingMiddleware)
     # Records the server's send for the SSE bodies, which skip the wrappers above (``direct_body``).
     app.add_middleware(DirectBodyMiddleware)
     return app

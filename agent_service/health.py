@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -34,5 +33,7 @@ async def ready(db_engine: DatabaseDep) -> dict[str, str]:
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses=METRICS_RESPONSE)
-async def metrics(agent_metrics: MetricsDep) -> Response:
-    return Response(render_metrics(agent_metrics.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(agent_metrics: MetricsDep, request: Request) -> Response:
+    """Prometheus text, or OpenMetrics (with exemplars) when asked for in ``Accept``."""
+    body, media_type = render_metrics(agent_metrics.registry, request.headers.get("accept"))
+    return Response(body, media_type=media_type)

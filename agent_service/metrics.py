@@ -19,6 +19,8 @@ from shared.labelled import Labelled
 
 # Tool calls and first tokens span sub-millisecond (calculator) to tens of seconds (slow models).
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# A run or a turn: from a fraction of a second (a short answer) to minutes (tools, a slow model).
+_RUN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 # The per-event overhead target is 1 ms at p95, so the buckets are fine below it and coarse above.
 _OVERHEAD_BUCKETS = (
     0.00005, 0.0001, 0.00015, 0.0002, 0.0003, 0.0004, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005,
@@ -119,6 +121,12 @@ class AgentMetrics:
         # Under --workers N: one series per live worker (``pid`` label); a dead worker's goes with it.
         self.active_runs = Gauge(
             "agent_active_runs", "Runs executing in this process", registry=self.registry, multiprocess_mode="liveall"
+        )
+        # With tracing on, each observation carries its run's trace as an exemplar (OpenMetrics output).
+        self.run_duration = Histogram(
+            "agent_run_duration_seconds", "Run duration, from its task's start to its end, by outcome "
+            "(complete, ask_user, error; none: ended without an end of its own)", ["outcome"],
+            buckets=_RUN_BUCKETS, registry=self.registry,
         )
         self.tool_latency = Histogram(
             "agent_tool_latency_seconds", "Tool call duration", ["tool"], buckets=_LATENCY_BUCKETS,

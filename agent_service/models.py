@@ -66,6 +66,8 @@ class AgentRun(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(nullable=True)
     # A cancel received by a replica that does not run it; the owner acts on it at its next renewal.
     cancel_requested_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # a0006: the W3C traceparent of the request that started the run (NULL: tracing off).
+    traceparent: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class AgentEvent(Base):

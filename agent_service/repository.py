@@ -182,6 +182,9 @@ class RunRepository:
     async def insert(self, **values: Any) -> None:
         await self.db.execute(_INSERT_RUN, values)  # as SessionRepository.insert: every run's claim
 
+    async def traceparent_of(self, run_id: str) -> str | None:
+        return await self.db.scalar(select(AgentRun.traceparent).where(AgentRun.id == run_id))
+
     async def get_by_idempotency_key(self, key: str) -> AgentRun | None:
         result = await self.db.execute(select(AgentRun).where(AgentRun.idempotency_key == key))
         return result.scalar_one_or_none()

@@ -27,6 +27,9 @@ from shared.http_contract import install_openapi
 from shared.http_metrics import HttpMetricsMiddleware
 from shared.logging import RequestIdMiddleware
 from shared.serving import Shutdown
+from shared.tracing import NO_TRACING
+from shared.tracing.asgi import TracingMiddleware
+from shared.tracing.config import TracingConfig
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 
@@ -46,6 +49,7 @@ def create_app(settings: ConversationSettings | None = None) -> FastAPI:
     app.state.settings = settings
     # Begun by the server on SIGTERM (``shared.serving``); the lifespan's exit drains within it.
     app.state.shutdown = Shutdown(settings.shutdown_grace_s)
+    app.state.tracing = NO_TRACING  # until the lifespan has built this process's tracer provider
     install_error_handlers(app)
     app.include_router(health_router)
     app.include_router(auth_router)
@@ -67,4 +71,6 @@ def create_app(settings: ConversationSettings | None = None) -> FastAPI:
     app.add_middleware(RequestIdMiddleware)
     # Outermost, so the count includes answers of the other middleware (413) and unhandled errors.
     app.add_middleware(HttpMetricsMiddleware)
+    if TracingConfig.from_env().enabled:  # off: no middleware at all
+        app.add_middleware(TracingMiddleware)
     return app

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
-from prometheus_client import CONTENT_TYPE_LATEST
+from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import text
 
 from conversation_service.deps import MetricsDep, RealtimeDep, StorageDep
@@ -36,5 +35,7 @@ async def health(storage: StorageDep, realtime: RealtimeDep, agent: AgentDep, re
 
 
 @router.get("/metrics", include_in_schema=False)
-async def metrics(metrics: MetricsDep) -> Response:
-    return Response(render_metrics(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(metrics: MetricsDep, request: Request) -> Response:
+    """Prometheus text, or OpenMetrics (with exemplars) when asked for in ``Accept``."""
+    body, media_type = render_metrics(metrics.registry, request.headers.get("accept"))
+    return Response(body, media_type=media_type)

@@ -56,6 +56,7 @@ from conversation_service.settings import ConversationSettings
 from conversation_service.tasks import TaskSupervisor, every
 from conversation_service.turns.admission import turn_admission
 from conversation_service.turns.leases import TurnLeases
+from conversation_service.turns.observe import TurnObserver
 from shared.db import create_engine, create_lease_engine, create_sessionmaker
 from shared.fastpath.aiohttp_transport import AiohttpTransport
 from shared.http_metrics import install_http_metrics
@@ -66,6 +67,10 @@ from shared.oidc.provider import IdentityProvider
 from shared.oidc.token_endpoint import TokenEndpoint
 from shared.oidc.verifier import AccessTokenVerifier
 from shared.rate_limit import RateLimiter, build_limiter, default_model
+from shared.serving import Shutdown
+from shared.tracing import Tracing, TracingOff
+from shared.tracing.config import TracingConfig, build_tracing
+from shared.tracing.logs import install_log_ids
 from shared.transactions import Transactions, transaction
 
 log = logging.getLogger(__name__)
@@ -89,10 +94,12 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
         metrics = app.state.metrics = ConversationMetrics()
         install_http_metrics(app, metrics.registry)
         async with AsyncExitStack() as stack:
-            storage = app.state.storage = await stack.enter_async_context(build_storage(settings))
+            tracing = build_tracing_of(stack, app, settings)
+            storage = app.state.storage = await stack.enter_async_context(build_storage(settings, tracing))
             # Released last but for the database: after the turns were stopped and their frames flushed.
-            leases = app.state.leases = await stack.enter_async_context(build_leases(settings, storage))
-            llm = await stack.enter_async_context(build_llm(settings))
+            leases = app.state.leases = await stack.enter_async_context(
+                build_leases(settings, storage, metrics, tracing))
+            llm = await stack.enter_async_context(build_llm(settings, tracing))
             realtime = app.state.realtime = await stack.enter_async_context(
                 build_realtime(settings, storage, metrics))
             auth = app.state.auth = await stack.enter_async_context(build_auth(settings, storage, metrics))
@@ -101,7 +108,8 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
             client = await stack.enter_async_context(AgentServiceClient(
                 settings.agent_service_url,
                 settings.agent_service_api_key.get_secret_value() or (None if agent_auth else "unset"),
-                config=client_config, transport=AiohttpTransport(max_connections=client_config.max_connections),
+                config=client_config,
+                transport=tracing.transport(AiohttpTransport(max_connections=client_config.max_connections)),
                 auth=agent_auth,
             ))
             app.state.agent_client = client  # the memory routes ask the Agent Service directly
@@ -116,7 +124,8 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 model=default_model(settings.llm, llm), stops=leases.stops,
             )
             agent = app.state.agent = await stack.enter_async_context(
-                build_agent(settings, storage, realtime, llm, client, replier, replies, tasks, leases, metrics))
+                build_agent(settings, storage, realtime, llm, client, replier, replies, tasks, leases, metrics,
+                            tracing))
             app.state.dead_letters = DeadLetterReplayer(storage.sessionmaker, agent.delegation, tasks, leases)
             messages = app.state.messages = MessageService(
                 storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages, leases,
@@ -129,9 +138,22 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
     return run
 
 
+def build_tracing_of(stack: AsyncExitStack, app: FastAPI, settings: ConversationSettings) -> Tracing | TracingOff:
+    """This process's tracer provider (one per worker), closed last: the spans of the replies that
+    ended on shutdown are exported within what is left of the grace period."""
+    tracing = app.state.tracing = build_tracing(
+        "conversation_service", TracingConfig.from_env(), trust_client_context=settings.tracing_trust_client_context)
+    if tracing.enabled:
+        install_log_ids()
+        shutdown: Shutdown = app.state.shutdown
+        stack.push_async_callback(lambda: tracing.aclose(max(shutdown.remaining(), 0.5)))
+    return tracing
+
+
 @asynccontextmanager
-async def build_storage(settings: ConversationSettings) -> AsyncIterator[Storage]:
+async def build_storage(settings: ConversationSettings, tracing: Tracing | TracingOff) -> AsyncIterator[Storage]:
     engine = create_engine(settings.conversation_database_url, pool_size=settings.database_pool_size)
+    tracing.instrument(engine)
     lease_engine = create_lease_engine(settings.conversation_database_url)
     try:
         if settings.should_migrate_on_start:
@@ -189,11 +211,14 @@ def _agent_service_auth(settings: ConversationSettings, auth: Authentication) ->
 
 
 @asynccontextmanager
-async def build_leases(settings: ConversationSettings, storage: Storage) -> AsyncIterator[TurnLeases]:
+async def build_leases(
+    settings: ConversationSettings, storage: Storage, metrics: ConversationMetrics, tracing: Tracing | TracingOff,
+) -> AsyncIterator[TurnLeases]:
     """This replica's turn leases; on a graceful shutdown the unfinished turns are released for
-    another replica to take over at once."""
+    another replica to take over at once. Each turn is one span and one observed duration."""
     leases = TurnLeases(storage.sessionmaker, lease_s=settings.turn_lease_s, keeper_sessionmaker=storage.lease_sessionmaker,
-                        write_budget_s=settings.durable_write_budget_s)
+                        write_budget_s=settings.durable_write_budget_s,
+                        observer=TurnObserver(tracing, metrics.turns.duration_seconds))
     try:
         yield leases
     finally:
@@ -204,11 +229,12 @@ async def build_leases(settings: ConversationSettings, storage: Storage) -> Asyn
 
 
 @asynccontextmanager
-async def build_llm(settings: ConversationSettings) -> AsyncIterator[LLMProvider]:
-    """The LLM provider (direct replies, history summaries), with its pooled connections."""
-    llm = build_provider(settings.llm)
+async def build_llm(settings: ConversationSettings, tracing: Tracing | TracingOff) -> AsyncIterator[LLMProvider]:
+    """The LLM provider (direct replies, history summaries), with its pooled connections; traced
+    (a GenAI span per call, ``traceparent`` on its requests) when tracing is on."""
+    llm = build_provider(settings.llm, wrap_transport=tracing.transport if tracing.enabled else None)
     try:
-        yield llm
+        yield tracing.provider(llm, default_model(settings.llm, llm))
     finally:
         await llm.aclose()
 
@@ -283,7 +309,7 @@ def _breaker(settings: ConversationSettings, metrics: ConversationMetrics) -> Ci
 async def build_agent(
     settings: ConversationSettings, storage: Storage, realtime: Realtime, llm: LLMProvider,
     client: AgentServiceClient, replier: DirectLLMReplier, replies: ReplyEnder, tasks: TaskSupervisor,
-    leases: TurnLeases, metrics: ConversationMetrics,
+    leases: TurnLeases, metrics: ConversationMetrics, tracing: Tracing | TracingOff,
 ) -> AsyncIterator[AgentParts]:
     """The agent path; its background jobs (question expiry, health checks, turn lease renewal and
     takeover) run while the block does."""
@@ -303,7 +329,7 @@ async def build_agent(
     delegation = AgentDelegation(
         transactions=storage.transactions, client=client, breaker=breaker, history=history, processor=processor,
         replier=replier, publisher=publisher, metrics=metrics.agent, settings=config, tasks=tasks, leases=leases,
-        failures=failures,
+        failures=failures, tracing=tracing,
     )
     dispatcher = AgentReplyDispatcher(
         sessionmaker=sessionmaker, router=MessageRouter(_routing(settings), registry=metrics.registry),

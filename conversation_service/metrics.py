@@ -23,6 +23,8 @@ from shared.oidc.metrics import OIDCMetrics
 
 _FAST = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _FIRST_CHUNK = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
+# A whole reply: a fraction of a second to minutes (an agent with tools, a slow model).
+_TURN = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 
 
 def _labelled(metric: Counter | Histogram, label: str, values: tuple[str, ...] = ()) -> Labelled:
@@ -157,6 +159,12 @@ class TurnMetrics:
             "conversation_turns_refused_total",
             "Messages answered 503 with Retry-After: every place taken and the queue full", registry=r,
         )
+        # With tracing on, each observation carries its turn's trace as an exemplar (OpenMetrics output).
+        self.duration_seconds = _labelled(Histogram(
+            "conversation_turn_duration_seconds",
+            "A reply's time in this process, from its start to its end (done) or to leaving it to a takeover (left)",
+            ["outcome"], buckets=_TURN, registry=r,
+        ), "outcome", ("done", "left"))
         self.queue_wait_seconds = Histogram(
             "conversation_turn_queue_wait_seconds", "Time an accepted message waited for a place before its reply",
             buckets=_FIRST_CHUNK, registry=r,

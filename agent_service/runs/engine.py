@@ -72,6 +72,7 @@ from shared.protocol import (
 )
 from shared.rate_limit import RateLimited, RateLimiter, Wait
 from shared.tokens import count_messages_tokens, count_tokens
+from shared.tracing import NO_TRACING, Tracing, TracingOff
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +101,10 @@ class ReActEngine:
         self, provider: LLMProvider, tools: ToolLookup, metrics: AgentMetrics, *, ask_user_timeout_s: float,
         tool_timeout_s: float = 30.0, max_tool_result_chars: int = 16_000, hooks: HookRunner | None = None,
         limiter: RateLimiter | None = None, default_model: str | None = None, memory: LongTermMemory | None = None,
+        tracing: Tracing | TracingOff = NO_TRACING,
     ) -> None:
         self.provider = provider
+        self.tracing = tracing
         self.tools = tools
         self.metrics = metrics
         self.hooks = hooks if hooks is not None else no_hooks(metrics)
@@ -348,7 +351,10 @@ class ReActEngine:
         if before.refusal is not None:
             ok, result, error = False, None, before.refusal
         else:
-            ok, result, error = await self._invoke(ctx, call)
+            with self.tracing.tool(call.name, call.id) as span:
+                ok, result, error = await self._invoke(ctx, call)
+                if not ok:
+                    span.set_attribute("error.type", "tool_error")
         if isinstance(result, ToolOutput):
             result, artifacts = result.result, result.artifacts
         duration = time.perf_counter() - started

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,6 +31,7 @@ from agent_service.runs.state import Completed, Failed, Outcome, Resume, RunCont
 from shared.admission import Slot
 from shared.logging import session_id_var
 from shared.protocol import ErrorCode, EventType, SessionStatus, UserContext, utcnow
+from shared.tracing import NO_TRACING, Tracing, TracingOff
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,10 @@ class ActiveRun:
     # Its place among the runs this process executes at once (``admission``), given back when the
     # task ends; a queued run waits for it before its first model call. None: not admitted here.
     place: Slot | None = None
+    # The trace of the run this one continues (an answered question's run): its span links to it.
+    linked_trace: str | None = None
+    # How it ended, for its duration's label: complete, ask_user, error (none: it wrote no end).
+    outcome: str = "none"
 
     @classmethod
     def of(
@@ -85,7 +91,9 @@ class RunManager:
     def __init__(
         self, *, sessionmaker: async_sessionmaker, event_log: EventLog, engine: ReActEngine, metrics: AgentMetrics,
         owner_id: str, lease_seconds: float, snapshot_max_bytes: int = DEFAULT_MAX_BYTES,
+        tracing: Tracing | TracingOff = NO_TRACING,
     ) -> None:
+        self._tracing = tracing
         self._sessionmaker = sessionmaker
         self._log = event_log
         self._engine = engine
@@ -129,6 +137,17 @@ class RunManager:
         return emit
 
     async def _drive(self, run: ActiveRun) -> None:
+        """The run's task: one span (under the execute that started it, which it outlives) and one
+        observation of its duration, whose exemplar names that span's trace."""
+        context, started = run.context, time.perf_counter()
+        with self._tracing.run(context.session_id, context.run_id, context.profile.name,
+                               linked=run.linked_trace) as span:
+            await self._drive_run(run)
+            span.set_attribute("taskforce.run.outcome", run.outcome)
+            self._metrics.run_duration.labels(run.outcome).observe(
+                time.perf_counter() - started, self._tracing.exemplar())
+
+    async def _drive_run(self, run: ActiveRun) -> None:
         run.started.set()
         token = session_id_var.set(run.handle.session_id)
         self._metrics.runs_started.inc()
@@ -188,6 +207,7 @@ class RunManager:
             outcome = Failed(ErrorCode.STORAGE_UNAVAILABLE, EVENTS_LOST)
         now = utcnow()
         ending = ending_of(outcome, run.state, run.start_transcript)
+        run.outcome = ending.event.value.lower()
         self._count(ending)
 
         async def finalize(db: AsyncSession) -> None:

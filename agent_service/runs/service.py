@@ -31,6 +31,7 @@ from agent_service.settings import AgentServiceSettings
 from shared.admission import Admission, Slot
 from shared.keyed_lock import KeyedLock
 from shared.protocol import ErrorCode, ExecuteRequest, SessionStatus, UserContext, utcnow
+from shared.tracing import NO_TRACING, Tracing, TracingOff
 from shared.transactions import transaction
 
 
@@ -47,14 +48,17 @@ class Claim:
     state: RunState
     resume: Resume | None
     user_context: UserContext
+    # The trace of the run this one continues (the question's): a resumed run links to it.
+    linked_trace: str | None = None
 
 
 class RunService:
     def __init__(
         self, *, settings: AgentServiceSettings, sessionmaker: async_sessionmaker, profiles: ProfileStore,
-        manager: RunManager, event_log: EventLog, admission: Admission,
+        manager: RunManager, event_log: EventLog, admission: Admission, tracing: Tracing | TracingOff = NO_TRACING,
     ) -> None:
         self._admission = admission
+        self._tracing = tracing
         self._settings = settings
         self._sessionmaker = sessionmaker
         self._profiles = profiles
@@ -125,7 +129,7 @@ class RunService:
                 await RunRepository(db).insert(
                     id=claim.run_id, session_id=session_id, idempotency_key=key, status=SessionStatus.ACTIVE.value,
                     first_seq=claim.first_seq, started_at=now, owner_id=self._manager.owner_id,
-                    lease_expires_at=self._manager.lease_until(now),
+                    lease_expires_at=self._manager.lease_until(now), traceparent=self._tracing.traceparent(),
                 )
         if claim is None:
             raise QuestionExpired("the question expired before it was answered; send a new message")
@@ -191,7 +195,10 @@ class RunService:
         user_context = (
             UserContext.model_validate(session.user_context) if request.answer is not None else request.user_context
         )
-        return Claim(session.id, early.run_id, first_seq, reserved, profile, state, turn.resume, user_context)
+        linked = None
+        if turn.resume is not None and self._tracing.enabled and session.current_run_id:
+            linked = await RunRepository(db).traceparent_of(session.current_run_id)
+        return Claim(session.id, early.run_id, first_seq, reserved, profile, state, turn.resume, user_context, linked)
 
     @staticmethod
     def _state_for(session: AgentSession, request: ExecuteRequest, profile: Profile, resume: Resume | None) -> RunState:
@@ -213,7 +220,7 @@ class RunService:
             early.confirm(handle, channel, place)
         else:
             run = ActiveRun.of(handle, claim.profile, claim.user_context, claim.state, claim.resume, channel)
-            run.place = place
+            run.place, run.linked_trace = place, claim.linked_trace
             self._manager.start(run)
         return handle
 

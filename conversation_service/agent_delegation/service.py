@@ -63,6 +63,7 @@ from conversation_service.turns.leases import TurnLeases, TurnLeftRunning
 from shared.fastpath.deferred import DeferredWrite
 from shared.logging import conversation_id_var, session_id_var
 from shared.protocol import Answer, ExecuteRequest, UserContext
+from shared.tracing import NO_TRACING, Tracing, TracingOff
 from shared.transactions import Transactions
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,9 @@ class AgentDelegation:
         tasks: TaskSupervisor,
         leases: TurnLeases,
         failures: TurnFailures,
+        tracing: Tracing | TracingOff = NO_TRACING,
     ) -> None:
+        self._tracing = tracing
         self._leases = leases
         self._failures = failures
         self._tx = transactions
@@ -245,7 +248,8 @@ class AgentDelegation:
             before_first = max((stream.last_seq or 1) - 1, 0)
             turn = attempt.reply = await self._open_turn(conversation, user_message, attempt, known, request,
                                                          before_first)
-            outcome = await self._processor.process(turn, _iterate(stream))
+            # One span for the whole stream (its event count, its first event's time), none per event.
+            outcome = await self._processor.process(turn, self._tracing.counted(_iterate(stream), "receive agent events"))
             attempt.ended = True
             return outcome
         except BaseException:

@@ -26,6 +26,8 @@ on what its stored frames had shown when the owner died:
 from __future__ import annotations
 
 import logging
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -58,6 +60,7 @@ from conversation_service.turns.leases import TurnLeases
 from shared.fastpath.deferred import DeferredWrite
 from shared.transactions import Transactions
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 # The route reason of a turn dispatched, or resumed, by a takeover.
@@ -96,7 +99,15 @@ class TurnTakeover:
             self._tasks.spawn(self._take_over(turn), name=f"turn-takeover:{turn.id}")
         return len(claimed)
 
+    def _hold(self, turn: Turn, reply: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+        return self._leases.hold(turn.id, reply, linked=turn.traceparent, takeover=True)
+
     async def _take_over(self, turn: Turn) -> None:
+        # A trace of its own (the sweep is a background loop), linked to the trace of the message.
+        with self._leases.observer.takeover(turn.id, turn.traceparent, turn.takeovers):
+            await self._take_over_traced(turn)
+
+    async def _take_over_traced(self, turn: Turn) -> None:
         async def read(session: AsyncSession):
             conversation = await ConversationRepository(session).get(turn.conversation_id)
             user_message = await MessageRepository(session).get(turn.id)
@@ -121,25 +132,25 @@ class TurnTakeover:
     ) -> None:
         ended = next((f for f in frames if f.type in _TERMINAL_FRAMES), None)
         if reply is not None and reply.status != MessageStatus.STREAMING.value or ended is not None:
-            await self._leases.hold(turn.id, self._settle(turn, conversation, reply, ended))
+            await self._hold(turn, self._settle(turn, conversation, reply, ended))
             self._metrics.takeovers["settled"].inc()
         elif turn.stop_requested_at is not None and turn.kind == TurnKind.DIRECT.value:
             # The user stopped it before its owner died: it ends as they asked, not as a failure.
-            await self._leases.hold(turn.id, self._replies.end(self._reply_of(turn, conversation),
+            await self._hold(turn, self._replies.end(self._reply_of(turn, conversation),
                                                                 Stopped(_shown(frames).text)))
             self._metrics.takeovers["settled"].inc()
         elif turn.takeovers > MAX_TAKEOVERS or turn.kind == TurnKind.DIRECT.value or not _shown(frames).whole:
             # A direct reply cannot be resumed, and is not generated again: a second sampling would
             # differ from the text the user has read. A reply whose stored deltas have a hole (frames
             # given up while the database was away) is not continued over it either.
-            await self._leases.hold(turn.id, self._replies.end(self._reply_of(turn, conversation),
+            await self._hold(turn, self._replies.end(self._reply_of(turn, conversation),
                                                                 Interrupted(REPLY_INTERRUPTED, _shown(frames).text)))
             self._metrics.takeovers["failed"].inc()
         elif turn.assistant_message_id is None or turn.agent_session_id is None:
             self._metrics.takeovers["restarted"].inc()
             await self._restart(conversation, user_message)  # its task holds the turn from here
         else:
-            outcome = await self._leases.hold(turn.id, self._resume(turn, conversation, user_message, frames))
+            outcome = await self._hold(turn, self._resume(turn, conversation, user_message, frames))
             self._metrics.takeovers[outcome].inc()
 
     @staticmethod

@@ -304,6 +304,8 @@ class Turn(Base):
     takeovers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # c0007: the user asked to stop the reply; the replica running it ends it as ``stopped``.
     stop_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # c0011: the W3C traceparent of the accepted message (NULL: tracing off); a takeover links to it.
+    traceparent: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

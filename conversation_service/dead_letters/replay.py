@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from conversation_service.agent_delegation.repository import DeadLetterRepository
 from conversation_service.agent_delegation.schemas import TurnRequest
 from conversation_service.agent_delegation.service import AgentDelegation
-from conversation_service.db.models import Conversation, DeadLetter, Message, utcnow
+from conversation_service.db.models import Conversation, DeadLetter, Message, Turn, utcnow
 from conversation_service.errors import Conflict, InvalidInput, NotFound, Unavailable
 from conversation_service.tasks import TaskSupervisor
 from conversation_service.turns.leases import TurnLeases, TurnLeftRunning
@@ -67,6 +67,7 @@ class _Claimed:
     message: Message
     text: str
     at: datetime
+    linked: str | None = None  # the trace of the message's first delegation: the replay links to it
 
 
 def replay_refusal(letter: DeadLetter) -> str | None:
@@ -116,6 +117,8 @@ class DeadLetterReplayer:
             message = await session.get(Message, letter.message_id)
             if conversation is None or message is None:
                 raise InvalidInput("the letter's conversation or message no longer exists")
+            turn = await session.get(Turn, message.id)
+            linked = turn.traceparent if turn is not None else None  # the first delegation's trace
             if not await self._leases.reopen(session, message.id, conversation.id):
                 raise Conflict("the message's reply is still streaming; replay the letter once it has ended")
             now = utcnow()
@@ -123,14 +126,14 @@ class DeadLetterReplayer:
                 raise Conflict("this dead letter is being replayed by another request")
             text = letter.payload["message"]
         log.info("replaying a dead letter", extra={"dead_letter_id": letter_id, "message_id": message.id})
-        return _Claimed(conversation, message, text, now)
+        return _Claimed(conversation, message, text, now, linked)
 
     async def _run(self, letter_id: str, claimed: _Claimed) -> ReplayResult:
         turn = self._delegation.run(
             claimed.conversation, claimed.message, TurnRequest(text=claimed.text, route_reason=ROUTE_REASON)
         )
         try:
-            outcome = await self._leases.hold(claimed.message.id, turn)
+            outcome = await self._leases.hold(claimed.message.id, turn, linked=claimed.linked)
         except TurnLeftRunning as error:
             log.error("replayed turn left running for the lease sweep", exc_info=error,
                       extra={"dead_letter_id": letter_id, "message_id": claimed.message.id})

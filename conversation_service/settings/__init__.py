@@ -121,6 +121,10 @@ class ConversationSettings(BaseSettings):
     # Keep it below the orchestrator's kill timeout (docker: 10 s, Kubernetes: 30 s).
     shutdown_grace_s: float = Field(default=8.0, gt=0, le=600)
     log_level: str = "INFO"
+    # With tracing on (OTEL_EXPORTER_OTLP_ENDPOINT): whether a client's W3C trace context (the
+    # traceparent header, or a WebSocket message's traceparent field) is continued at this public
+    # edge. Off, a message starts a trace of its own that only links to the client's.
+    tracing_trust_client_context: bool = False
 
     # The branches read their own variables when the tree is made (AGENT_ROUTING_ENABLED, the
     # rollback switch, is ``routing.enabled``).

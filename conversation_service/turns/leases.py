@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from conversation_service.db.models import utcnow
+from conversation_service.turns.observe import TurnObserver
 from conversation_service.turns.repository import TurnRepository
 from conversation_service.turns.stops import ReplyStops
 from shared.transactions import Transactions, transaction
@@ -44,7 +45,9 @@ class TurnLeases:
     def __init__(
         self, sessionmaker: async_sessionmaker, *, lease_s: float, replica_id: str | None = None,
         keeper_sessionmaker: async_sessionmaker | None = None, write_budget_s: float = 30.0,
+        observer: TurnObserver | None = None,
     ) -> None:
+        self.observer = observer or TurnObserver()
         self._sessionmaker = sessionmaker
         self._tx = Transactions(sessionmaker, budget_s=write_budget_s)
         self._keeper_sessionmaker = keeper_sessionmaker or sessionmaker
@@ -65,7 +68,7 @@ class TurnLeases:
         # Not in ``held`` yet: the transaction may still roll back; the reply's task (``hold``)
         # starts well within the lease.
         await TurnRepository(session).open(turn_id, conversation_id, owner_id=self.replica_id,
-                                           lease_expires_at=self.expires_at())
+                                           lease_expires_at=self.expires_at(), traceparent=self.observer.traceparent())
 
     async def reopen(self, session: AsyncSession, turn_id: str, conversation_id: str) -> bool:
         """In the transaction that answers an answered message again (a regenerate, a dead letter's
@@ -76,13 +79,23 @@ class TurnLeases:
         if await turns.get(turn_id) is None:
             await self.open(session, turn_id, conversation_id)
             return True
-        return await turns.reopen(turn_id, owner_id=self.replica_id, lease_expires_at=self.expires_at())
+        return await turns.reopen(turn_id, owner_id=self.replica_id, lease_expires_at=self.expires_at(),
+                                   traceparent=self.observer.traceparent())
 
-    async def hold(self, turn_id: str, reply: Coroutine[Any, Any, T]) -> T:
+    async def hold(
+        self, turn_id: str, reply: Coroutine[Any, Any, T], *, linked: str | None = None, takeover: bool = False,
+    ) -> T:
         """Run ``reply`` as the turn's owner; the turn is done once it returns, which it does only
         once the reply's end is stored and shown (``replies.ender``). Anything else leaves the turn
         running: cancelled (a shutdown hands it over), or failed (``TurnLeftRunning``, or a fault
-        that got no end to the user), it is given up here for a sweep, this replica's too, to end."""
+        that got no end to the user), it is given up here for a sweep, this replica's too, to end.
+        ``linked``: the trace of the message, which a takeover's or a replay's span links to."""
+        with self.observer.turn(turn_id, linked=linked, takeover=takeover) as outcome:
+            result = await self._hold(turn_id, reply)
+            outcome.value = "done"
+            return result
+
+    async def _hold(self, turn_id: str, reply: Coroutine[Any, Any, T]) -> T:
         self.held.add(turn_id)
         try:
             result = await reply

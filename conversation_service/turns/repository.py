@@ -10,10 +10,13 @@ from conversation_service.db.repository import Repository
 
 
 class TurnRepository(Repository):
-    async def open(self, turn_id: str, conversation_id: str, *, owner_id: str, lease_expires_at: datetime) -> Turn:
+    async def open(
+        self, turn_id: str, conversation_id: str, *, owner_id: str, lease_expires_at: datetime,
+        traceparent: str | None = None,
+    ) -> Turn:
         now = utcnow()
         turn = Turn(id=turn_id, conversation_id=conversation_id, status=TurnStatus.RUNNING.value, owner_id=owner_id,
-                    lease_expires_at=lease_expires_at, created_at=now, updated_at=now)
+                    lease_expires_at=lease_expires_at, created_at=now, updated_at=now, traceparent=traceparent)
         self.session.add(turn)
         await self.session.flush()
         return turn
@@ -64,7 +67,9 @@ class TurnRepository(Repository):
         )
         return found is not None
 
-    async def reopen(self, turn_id: str, *, owner_id: str, lease_expires_at: datetime) -> bool:
+    async def reopen(
+        self, turn_id: str, *, owner_id: str, lease_expires_at: datetime, traceparent: str | None = None,
+    ) -> bool:
         """A done turn runs again, for a new reply to the same message (regenerate): owned by
         ``owner_id``, with nothing of the earlier reply. False when it is not done (a concurrent
         regenerate won, or the reply still runs)."""
@@ -73,7 +78,7 @@ class TurnRepository(Repository):
             update(Turn).where(Turn.id == turn_id, Turn.status == TurnStatus.DONE.value)
             .values(status=TurnStatus.RUNNING.value, owner_id=owner_id, lease_expires_at=lease_expires_at,
                     kind=None, assistant_message_id=None, agent_session_id=None, agent_session_row_id=None,
-                    last_agent_seq=0, takeovers=0, stop_requested_at=None, updated_at=now)
+                    last_agent_seq=0, takeovers=0, stop_requested_at=None, traceparent=traceparent, updated_at=now)
         )
         return bool(result.rowcount)
 

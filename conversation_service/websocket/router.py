@@ -50,6 +50,8 @@ from conversation_service.websocket.auth import (
 )
 from conversation_service.websocket.connection import ClientConnection
 from shared.logging import conversation_id_var
+from shared.tracing import NO_TRACING
+from shared.tracing.asgi import connection_link
 from shared.transactions import transaction
 
 log = logging.getLogger(__name__)
@@ -221,7 +223,7 @@ class _Receiver:
                 data = frame.get("data")
                 conn.send_control({"type": "pong", "data": data if isinstance(data, dict) else {}})
             elif kind == "message.send":
-                await self._send(conn, frame)
+                await self._send(websocket, conn, frame)
             elif kind == "auth":
                 try:
                     token = parse_auth_frame(raw)
@@ -230,8 +232,18 @@ class _Receiver:
                 conn.send_control(await self.credential.renew(token))
             # Unknown types are ignored, as clients ignore unknown server frames.
 
-    async def _send(self, conn: ClientConnection, frame: dict) -> None:
+    async def _send(self, websocket: WebSocket, conn: ClientConnection, frame: dict) -> None:
+        """A ``message.send`` frame: a trace of its own (``traceparent`` may come in the frame, as a
+        browser cannot set a WebSocket's headers), linked to the connection's handshake."""
         payload = frame.get("data") if isinstance(frame.get("data"), dict) else frame
+        traceparent = payload.get("traceparent") or frame.get("traceparent")
+        tracing = getattr(websocket.app.state, "tracing", NO_TRACING)
+        with tracing.inbound_message("WS message.send", traceparent=traceparent,
+                                     linked=connection_link(websocket.scope) if tracing.enabled else (),
+                                     attributes={"taskforce.conversation.id": conn.conversation_id}):
+            await self._post(conn, payload)
+
+    async def _post(self, conn: ClientConnection, payload: dict) -> None:
         try:
             body = MessageCreate.model_validate(
                 {"content": payload.get("content"), "client_message_id": payload.get("client_message_id")}

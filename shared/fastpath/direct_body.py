@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from shared.body_limit import BodySizeLimitMiddleware
 from shared.http_metrics import HttpMetricsMiddleware
 from shared.logging import RequestIdMiddleware
+from shared.tracing.asgi import TracingMiddleware
 from shared.workers import WorkerHeaderMiddleware
 
 __all__ = ["START_ONLY", "DirectBodyMiddleware", "body_send"]
@@ -28,8 +29,10 @@ _SCOPE_KEY = "taskforce.direct_body_send"
 
 # Middlewares whose ``send`` wrapper acts on ``http.response.start`` alone (read each one before
 # adding it here): body messages may skip them.
+# ``TracingMiddleware`` counts the body messages by replacing the recorded send with a counter of its
+# own (only when tracing is on): they still skip every wrapper.
 START_ONLY: frozenset[type] = frozenset({
-    BodySizeLimitMiddleware, HttpMetricsMiddleware, RequestIdMiddleware, WorkerHeaderMiddleware,
+    BodySizeLimitMiddleware, HttpMetricsMiddleware, RequestIdMiddleware, TracingMiddleware, WorkerHeaderMiddleware,
 })
 
 

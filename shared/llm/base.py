@@ -87,6 +87,8 @@ class LLMDone:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
+    # The model that answered, as the endpoint named it (None: it did not say).
+    response_model: str | None = None
 
 
 LLMEvent = TextDelta | ReasoningDelta | ToolCall | LLMDone

@@ -13,6 +13,7 @@ import httpx
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.fastpath.aiohttp_transport import AiohttpTransport
 from shared.llm.base import LLMProvider
 from shared.llm.builtin import BuiltinProvider
 from shared.llm.capacity import ConnectionSlots
@@ -50,16 +51,22 @@ class LLMSettings(BaseSettings):
 def build_provider(
     settings: LLMSettings, http_client: httpx.AsyncClient | None = None, *,
     on_wait: Callable[[float], None] | None = None, on_waiters: Callable[[int], None] | None = None,
+    wrap_transport: Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport] | None = None,
 ) -> LLMProvider:
     """The configured provider (close it with ``aclose``). ``http_client``: a pooled client for the
     LLM upstream with room for ``llm_max_connections`` calls; without one the OpenAI-compatible
-    provider creates (and closes) its own. ``on_wait``/``on_waiters`` report calls waiting for a free connection."""
+    provider creates (and closes) its own, on ``AiohttpTransport`` wrapped by ``wrap_transport`` when
+    given (tracing). ``on_wait``/``on_waiters`` report calls waiting for a free connection."""
     if settings.llm_provider == "openai":
+        transport = None
+        if wrap_transport is not None and http_client is None:
+            transport = wrap_transport(AiohttpTransport(max_connections=settings.llm_max_connections))
         return OpenAICompatibleProvider(
             base_url=settings.llm_base_url,
             api_key=settings.llm_api_key,
             model=settings.llm_model,
             http_client=http_client,
+            transport=transport,
             connect_timeout=settings.llm_connect_timeout,
             read_timeout=settings.llm_read_timeout,
             request_timeout=settings.llm_request_timeout,

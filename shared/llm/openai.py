@@ -107,6 +107,7 @@ class _StreamState:
     completion_tokens: int | None = None
     generated: list[str] = field(default_factory=list)
     done: bool = False
+    model: str | None = None
 
 
 class OpenAICompatibleProvider:
@@ -114,8 +115,8 @@ class OpenAICompatibleProvider:
 
     ``http_client`` is a pooled client for this upstream with at least ``max_connections``
     connections; the timeouts are applied per request, so a shared client with other defaults
-    still gets this provider's limits. Without one the provider owns one (on ``AiohttpTransport``)
-    and closes it in ``aclose``.
+    still gets this provider's limits. Without one the provider owns one (on ``transport``, by
+    default an ``AiohttpTransport``) and closes it in ``aclose``.
 
     At most ``max_connections`` calls stream at once (``slots``); the others wait their turn for up
     to ``request_timeout`` seconds.
@@ -130,6 +131,7 @@ class OpenAICompatibleProvider:
         model: str,
         api_key: SecretStr | str | None = None,
         http_client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 60.0,
         request_timeout: float = 60.0,
@@ -149,7 +151,8 @@ class OpenAICompatibleProvider:
             connect=connect_timeout, read=read_timeout, write=read_timeout, pool=request_timeout
         )
         self._owns_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(transport=AiohttpTransport(max_connections=self.slots.limit))
+        self._client = http_client or httpx.AsyncClient(
+            transport=transport or AiohttpTransport(max_connections=self.slots.limit))
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAICompatibleProvider(url={self._url!r}, model={self._model!r})"
@@ -238,7 +241,8 @@ class OpenAICompatibleProvider:
             },
         )
         yield LLMDone(
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, finish_reason=state.finish_reason
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, finish_reason=state.finish_reason,
+            response_model=state.model,
         )
 
     def _handle_chunk(self, data: bytes | str, state: _StreamState) -> list[LLMEvent]:
@@ -252,6 +256,8 @@ class OpenAICompatibleProvider:
             # vLLM and LiteLLM report failures inside an already-open 200 stream.
             status, message = _error_from_payload(chunk)
             raise LLMStatusError(status or 502, message)
+        if state.model is None and isinstance(chunk.get("model"), str):
+            state.model = chunk["model"]
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             if isinstance(usage.get("prompt_tokens"), int):

@@ -88,6 +88,7 @@ Reply = TextReply | ToolCallReply | ErrorReply | RawReply
 class RecordedRequest:
     body: dict[str, Any]
     authorization: str | None
+    traceparent: str | None = None  # W3C trace context the caller sent (tracing on)
 
 
 class FakeOpenAI:
@@ -145,7 +146,8 @@ class FakeOpenAI:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return _error(400, "'messages' is required")
         if self.record_requests:
-            self.requests.append(RecordedRequest(body=body, authorization=request.headers.get("authorization")))
+            self.requests.append(RecordedRequest(body=body, authorization=request.headers.get("authorization"),
+                                                 traceparent=request.headers.get("traceparent")))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if self.pacer is not None and self.token_delay_ms > 0 and not self.replies and self.script is None:
             return _PacedResponse(self, include_usage)

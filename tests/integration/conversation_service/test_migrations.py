@@ -16,7 +16,7 @@ CHAT = {"conversations", "messages", "conversation_frames"}
 AGENT = {"conversation_agent_sessions", "pending_interactions", "dead_letters", "conversation_summaries"}
 TURNS = {"turns"}
 SIGN_IN = {"auth_sessions"}
-HEAD = "c0009_auth_sessions"
+HEAD = "c0011_turn_trace_context"
 # Columns each revision after c0002 adds, newest first: a downgrade past it removes them.
 ADDED_COLUMNS = [
     ("c0008_seq_without_redis", "conversations", {"seq_without_redis"}),

@@ -125,3 +125,13 @@ def test_nginx_passes_the_clients_request_id_through_and_makes_one_only_when_mis
     assert entries == {"default": "$http_x_request_id", "''": "$request_id"}, entries
     proxied = re.findall(r"proxy_set_header\s+X-Request-ID\s+(\S+);", conf)
     assert len(proxied) == conf.count("proxy_pass") and set(proxied) == {f"${variable}"}, proxied
+
+
+def test_both_services_send_their_traces_to_the_jaeger_the_operator_can_open() -> None:
+    services = _services()
+    assert "16686:16686" in services["jaeger"]["ports"]  # the UI
+    assert services["jaeger"]["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"  # OTLP over HTTP on 4318
+    for name in ("agent-1", "agent-2", "chat-1", "chat-2"):
+        # The default, unless the operator's environment points the traces elsewhere.
+        assert services[name]["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == (
+            "${OTEL_EXPORTER_OTLP_ENDPOINT:-http://jaeger:4318}"), name

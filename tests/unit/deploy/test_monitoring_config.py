@@ -221,6 +221,11 @@ def test_grafana_provisioning_points_at_prometheus_and_the_dashboards_folder():
     source = datasources[0]
     assert source["type"] == "prometheus" and source["uid"] == "prometheus"
     assert source["url"] == "http://prometheus:9090" and "prometheus" in _compose()["services"]
+    # Exemplars open their trace in the Jaeger data source, which reads the compose file's Jaeger.
+    assert source["jsonData"]["exemplarTraceIdDestinations"] == [{"name": "trace_id", "datasourceUid": "jaeger"}]
+    (jaeger,) = _yaml(GRAFANA_DIR / "provisioning" / "datasources" / "jaeger.yml")["datasources"]
+    assert jaeger["uid"] == "jaeger" and jaeger["url"] == "http://jaeger:16686" and "jaeger" in _compose()["services"]
+    assert "--enable-feature=exemplar-storage" in _compose()["services"]["prometheus"]["command"]
 
     providers = _yaml(GRAFANA_DIR / "provisioning" / "dashboards" / "dashboards.yml")["providers"]
     assert [p["options"]["path"] for p in providers] == [dashboards_mount]

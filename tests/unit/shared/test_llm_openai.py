@@ -74,7 +74,7 @@ async def test_plain_text_streams_in_chunks_with_usage(fake: FakeOpenAI, client)
     deltas = [e for e in events if isinstance(e, TextDelta)]
     assert len(deltas) == 8
     assert "".join(d.text for d in deltas) == "Hello there, how can I help you today?"
-    assert events[-1] == LLMDone(prompt_tokens=11, completion_tokens=8, finish_reason="stop")
+    assert events[-1] == LLMDone(prompt_tokens=11, completion_tokens=8, finish_reason="stop", response_model="fake-model")
     request = fake.requests[-1]
     assert request.authorization == "Bearer sk-test-key"
     assert request.body["stream"] is True
