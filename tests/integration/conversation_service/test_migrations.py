@@ -16,9 +16,10 @@ CHAT = {"conversations", "messages", "conversation_frames"}
 AGENT = {"conversation_agent_sessions", "pending_interactions", "dead_letters", "conversation_summaries"}
 TURNS = {"turns"}
 SIGN_IN = {"auth_sessions"}
-HEAD = "c0009_auth_sessions"
+HEAD = "c0010_a2a_agents"
 # Columns each revision after c0002 adds, newest first: a downgrade past it removes them.
 ADDED_COLUMNS = [
+    ("c0010_a2a_agents", "conversation_agent_sessions", {"agent_name", "a2a_task_id"}),
     ("c0008_seq_without_redis", "conversations", {"seq_without_redis"}),
     ("c0007_reply_control", "turns", {"stop_requested_at"}),
     ("c0006", "conversations", {"deleted_at"}),
