@@ -52,8 +52,9 @@ class JsonRpcBinding:
 
     @staticmethod
     def error(status: int, body: Any):
-        if isinstance(body, dict) and "error" in body:
-            return jsonrpc_error(body["error"])
+        """A JSON-RPC error comes with 200; another status is the HTTP layer's (a proxy, the auth)."""
+        if status == 200:
+            return jsonrpc_error(body.get("error") if isinstance(body, dict) else None)
         return http_error(status, body)
 
 

@@ -57,8 +57,11 @@ _ERRORS = {
 
 class TaskFold:
     def __init__(self, *, delivered: str = "", last_seq: int = 0, context_id: str | None = None,
-                 task_id: str | None = None) -> None:
+                 task_id: str | None = None, answered: str | None = None) -> None:
         self.delivered = delivered
+        # The question this stream's message answers: the task still showing it (its first event,
+        # before the agent has read the answer) is not asking again.
+        self.answered = answered
         self.seq = last_seq
         self.context_id = context_id
         self.task_id = task_id
@@ -144,8 +147,11 @@ class TaskFold:
         if status.state == wire.WORKING:
             return [] if repeated or not status.text else [self._event(EventType.THOUGHT, {"text": status.text})]
         if status.state == wire.INPUT_REQUIRED:
+            question_id = self._question_id(status)
+            if question_id == self.answered:
+                return []
             return self._end(EventType.ASK_USER, {
-                "question_id": self._question_id(status), "question": status.text or DEFAULT_QUESTION,
+                "question_id": question_id, "question": status.text or DEFAULT_QUESTION,
                 "expires_at": (utcnow() + QUESTION_LIFETIME).isoformat(), "kind": "question",
             })
         if status.state == wire.COMPLETED:

@@ -46,8 +46,9 @@ class A2ATarget:
         if self.client.config.forward_user:
             user = request.user_context
             metadata = {"userId": user.user_id, **({"orgId": user.org_id} if user.org_id else {})}
-        return A2ATaskStream(self.client, TaskFold(context_id=request.session_id, task_id=message.get("taskId")),
-                             message=message, metadata=metadata)
+        fold = TaskFold(context_id=request.session_id, task_id=message.get("taskId"),
+                        answered=answer.question_id if answer is not None else None)
+        return A2ATaskStream(self.client, fold, message=message, metadata=metadata)
 
     def resume(self, context_id: str, task_id: str, *, last_seq: int, delivered: str) -> A2ATaskStream:
         """The task of a turn taken over: subscribed to again, sending on what ``delivered`` lacks."""
