@@ -5,8 +5,10 @@ real ConversationService (SQLite and PostgreSQL), followed through the chat's We
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -14,11 +16,25 @@ import pytest
 from sqlalchemy import select
 
 from conversation_service.a2a_agents.settings import A2AAgentConfig, A2AAgentsSettings
-from conversation_service.db.models import ConversationAgentSession, DeadLetter
+from conversation_service.db import migrate
+from conversation_service.db.models import (
+    Conversation,
+    ConversationAgentSession,
+    DeadLetter,
+    Message,
+    MessageStatus,
+    Turn,
+    TurnKind,
+    TurnStatus,
+    utcnow,
+)
 from conversation_service.db.repository import unit_of_work
+from conversation_service.realtime.frames import Frame
+from conversation_service.realtime.repository import FrameRepository
 from conversation_service.resilience.breaker import BreakerState
 from conversation_service.routing.schemas import FALLBACK_NOTICE
-from tests.integration.conversation_service.support import auth, connect
+from shared.db import create_engine, create_sessionmaker
+from tests.integration.conversation_service.support import auth, connect, make_settings, running
 from tests.integration.delegation.stack import (
     AGENT_KEY,
     Stack,
@@ -301,3 +317,89 @@ async def test_a_wrong_credential_fails_the_reply_and_keeps_the_breaker_closed(d
 
     assert frames_of(frames, "message.error")[0]["data"]["code"] == "AgentAuthError"
     assert breaker.state is BreakerState.CLOSED and not agent.log.texts
+
+
+async def _start_task_and_drop_it(agent: A2ATestAgent, words: int, keep: int) -> tuple[str, str, str]:
+    """Start ``slow <words>`` at the agent, read until ``keep`` chunks came, and hang up (as a replica
+    that dies does): the task's ids and the text read."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {"message": {
+        "messageId": "m-dead", "role": "ROLE_USER", "parts": [{"text": f"slow {words}"}]}}}
+    text, ids = "", {}
+    async with httpx.AsyncClient() as http, http.stream(
+            "POST", f"{agent.base_url}/jsonrpc", json=body, headers={"A2A-Version": "1.0"}) as response:
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            result = json.loads(line[5:])["result"]
+            if "task" in result:
+                ids = {"task": result["task"]["id"], "context": result["task"]["contextId"]}
+            elif "artifactUpdate" in result:
+                text += result["artifactUpdate"]["artifact"]["parts"][0]["text"]
+                keep -= 1
+                if keep == 0:
+                    break
+    return ids["task"], ids["context"], text
+
+
+async def _died_mid_a2a_turn(database_url: str, task_id: str, context_id: str, shown: list[str]) -> dict[str, str]:
+    """What a chat replica that died while it streamed the A2A agent's answer leaves behind."""
+    engine = create_engine(database_url)
+    await migrate.upgrade(engine)
+    try:
+        async with unit_of_work(create_sessionmaker(engine)) as session:
+            conversation = Conversation(owner_id="alice", org_id="acme", title="t")
+            session.add(conversation)
+            await session.flush()
+            user = Message(conversation_id=conversation.id, role="user", content="/agent echo slow")
+            session.add(user)
+            await session.flush()
+            row = ConversationAgentSession(conversation_id=conversation.id, agent_session_id=context_id,
+                                           status="ACTIVE", agent_name="echo", a2a_task_id=task_id)
+            reply = Message(conversation_id=conversation.id, role="assistant", status=MessageStatus.STREAMING.value,
+                            content="", agent_session_id=context_id,
+                            agent_metadata={"path": "agent", "in_reply_to": user.id, "agent": "echo"})
+            session.add_all([row, reply])
+            await session.flush()
+            frames = [Frame("message.created", 1, conversation.id, {"id": user.id, "role": "user"}),
+                      Frame("message.created", 2, conversation.id, {"id": reply.id, "role": "assistant"})]
+            offset = 0
+            for i, text in enumerate(shown):
+                frames.append(Frame("message.delta", 3 + i, conversation.id,
+                                    {"message_id": reply.id, "text": text, "offset": offset}))
+                offset += len(text)
+            session.add(Turn(id=user.id, conversation_id=conversation.id, kind=TurnKind.AGENT.value,
+                             status=TurnStatus.RUNNING.value, owner_id="replica-dead",
+                             lease_expires_at=utcnow() - timedelta(seconds=1), assistant_message_id=reply.id,
+                             agent_session_id=context_id, agent_session_row_id=row.id, last_agent_seq=len(shown)))
+            await FrameRepository(session).insert_many(frames)
+            conversation.seq_reserved = 100
+        return {"cid": conversation.id, "user": user.id, "reply": reply.id}
+    finally:
+        await engine.dispose()
+
+
+async def test_a_turn_taken_over_subscribes_to_the_task_and_sends_on_the_rest(database_url):
+    async with a2a_agent() as agent:
+        task_id, context_id, read = await _start_task_and_drop_it(agent, 30, keep=3)
+        ids = await _died_mid_a2a_turn(database_url, task_id, context_id, ["w0 ", "w1 "])  # one chunk unstored
+        settings = make_settings(database_url, turn_lease_s=2.0, turn_sweep_interval_s=0.2,
+                                 a2a=agents({"name": "echo", "card_url": agent.card_url}))
+        async with running(settings) as (base, app):
+            ws = await connect(base, ids["cid"], "alice", after_seq=0)
+            frames = await recv_until(ws, lambda f: f["type"] == "message.completed")
+            await ws.close()
+            async with unit_of_work(app.state.storage.sessionmaker) as session:
+                message = await session.get(Message, ids["reply"])
+                turn = await session.get(Turn, ids["user"])
+
+    expected = "".join(f"w{i} " for i in range(30))
+    assert read == "w0 w1 w2 "
+    deltas = [f["data"] for f in frames_of(frames, "message.delta")]
+    # The stored deltas, then the rest from the text they end at: the chunk shown live but never
+    # stored ("w2 ") comes again at its offset, and nothing else twice.
+    assert [d["offset"] for d in deltas[:2]] == [0, 3] and deltas[2]["offset"] == 6
+    assert "".join(d["text"] for d in deltas) == expected
+    assert final_of(frames, ids["reply"])["data"]["content"] == expected
+    assert (message.status, message.content) == (MessageStatus.COMPLETE.value, expected)
+    assert turn.status == TurnStatus.DONE.value and turn.takeovers == 1
+    assert agent.log.texts == ["slow 30"]  # taken over by subscribing, not by sending the message again
