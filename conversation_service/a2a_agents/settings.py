@@ -95,6 +95,11 @@ class A2AAgentsSettings(BaseSettings):
     # Cache-Control max-age shortens it).
     card_cache_s: Annotated[float, Field(ge=0, le=86_400)] = 300.0
 
+    @field_validator("default_agent", mode="before")
+    @classmethod
+    def _unset(cls, value: object) -> object:
+        return None if value == "" else value  # A2A_DEFAULT_AGENT= (docker compose passes it empty)
+
     @model_validator(mode="after")
     def _names_known(self) -> A2AAgentsSettings:
         names = [agent.name for agent in self.agents]

@@ -31,9 +31,13 @@ def test_agents_come_from_the_environment_as_json(monkeypatch) -> None:
     assert "t0k3n" not in repr(settings) and "k3y" not in repr(settings)  # secrets never printed
 
 
-def test_without_configuration_every_message_goes_to_the_agent_service() -> None:
+def test_without_configuration_every_message_goes_to_the_agent_service(monkeypatch) -> None:
     settings = A2AAgentsSettings()
     assert settings.agents == [] and settings.agent_for("acme") is None
+    # As docker compose passes them when .env leaves them out.
+    for name, value in (("A2A_AGENTS", "[]"), ("A2A_DEFAULT_AGENT", ""), ("A2A_ORG_AGENTS", "{}")):
+        monkeypatch.setenv(name, value)
+    assert ConversationSettings().a2a == settings
 
 
 @pytest.mark.parametrize(
