@@ -30,7 +30,7 @@ from conversation_service.agent_client.errors import (
     AgentStreamError,
     AgentTimeoutError,
 )
-from conversation_service.agent_client.retry import RetryEvent, call_with_retries
+from conversation_service.agent_client.retry import RetryEvent, call_with_retries, reconnect_delay, within
 from shared.protocol import EventEnvelope
 
 log = logging.getLogger(__name__)
@@ -196,22 +196,13 @@ class A2ATaskStream:
                 cause = exc
 
     def _next_delay(self, now: float) -> float | None:
-        delays = self._config.reconnect_delays
-        if not delays:
-            return None
-        if self._failed_reconnects < len(delays):
-            return delays[self._failed_reconnects]
         broken_for = now - (self._broken_since if self._broken_since is not None else now)
-        return None if broken_for + delays[-1] > self._config.resume_budget else delays[-1]
+        return reconnect_delay(self._config, self._failed_reconnects, broken_for)
 
     async def _within(self, deadline: float, awaitable):
         if self._deadline is not None:
             deadline = min(deadline, self._deadline)
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await awaitable
-        except TimeoutError as exc:
-            raise AgentTimeoutError("the A2A agent did not answer in time") from exc
+        return await within(deadline, awaitable, "the A2A agent did not answer in time")
 
     async def _drop(self) -> None:
         connection, self._connection = self._connection, None
