@@ -87,11 +87,25 @@ def reply_of(frames: list[dict]) -> dict:
     return next(f["data"] for f in frames if f["type"] == "message.created" and f["data"]["role"] == "assistant")
 
 
-@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
-async def test_an_a2a_agent_streams_its_answer_to_the_chat(database_factory, binding):
+@pytest.fixture
+def sqlite_chat(tmp_path) -> str:
+    """The chat's database for the tests whose subject is the A2A side, not the storage (each of
+    the others runs on SQLite and PostgreSQL)."""
+    return f"sqlite+aiosqlite:///{tmp_path}/chat.db"
+
+
+async def test_an_a2a_agent_streams_its_answer_to_the_chat(database_factory):
+    await _streams_its_answer(await database_factory("chat"), "JSONRPC")
+
+
+async def test_the_http_json_binding_works_the_same(sqlite_chat):
+    await _streams_its_answer(sqlite_chat, "HTTP+JSON")
+
+
+async def _streams_its_answer(database_url: str, binding: str) -> None:
     async with (
         a2a_agent(bearer=TOKEN) as agent,
-        chat_service(await database_factory("chat"), NOWHERE, a2a=agents(
+        chat_service(database_url, NOWHERE, a2a=agents(
             {"name": "echo", "card_url": agent.card_url, "bearer_token": TOKEN, "binding": binding})) as stack,
     ):
         cid = await stack.conversation()
@@ -204,10 +218,10 @@ async def test_stop_cancels_the_a2a_task(database_factory):
     assert not agent.log.finished
 
 
-async def test_an_agent_that_declares_only_a2a_0_3_is_refused_with_a_clear_error(database_factory):
+async def test_an_agent_that_declares_only_a2a_0_3_is_refused_with_a_clear_error(sqlite_chat):
     async with (
         a2a_agent(protocol_version="0.3") as agent,
-        chat_service(await database_factory("chat"), NOWHERE,
+        chat_service(sqlite_chat, NOWHERE,
                      a2a=agents({"name": "legacy", "card_url": agent.card_url})) as stack,
     ):
         cid = await stack.conversation()
@@ -226,9 +240,9 @@ async def test_an_agent_that_declares_only_a2a_0_3_is_refused_with_a_clear_error
     assert breaker.state is BreakerState.CLOSED  # a refusal says nothing of the agent's health
 
 
-async def test_an_agent_that_is_down_falls_back_to_the_direct_llm_then_opens_its_breaker(database_factory):
+async def test_an_agent_that_is_down_falls_back_to_the_direct_llm_then_opens_its_breaker(sqlite_chat):
     down = f"http://127.0.0.1:{free_port()}/.well-known/agent-card.json"
-    async with chat_service(await database_factory("chat"), NOWHERE, delegation={"agent_breaker_failures": 1},
+    async with chat_service(sqlite_chat, NOWHERE, delegation={"agent_breaker_failures": 1},
                             a2a=agents({"name": "gone", "card_url": down}, default_agent="gone")) as stack:
         cid = await stack.conversation()
         ws = await connect(stack.chat_url, cid, "alice")
@@ -252,10 +266,10 @@ async def test_an_agent_that_is_down_falls_back_to_the_direct_llm_then_opens_its
     assert [f["data"]["text"] for f in frames_of(second, "notice")] == [FALLBACK_NOTICE]
 
 
-async def test_an_organisation_s_default_agent_and_a_switch_by_name(database_factory):
+async def test_an_organisation_s_default_agent_and_a_switch_by_name(sqlite_chat):
     async with (
         a2a_agent(name="First") as first, a2a_agent(name="Second") as second,
-        chat_service(await database_factory("chat"), NOWHERE, a2a=agents(
+        chat_service(sqlite_chat, NOWHERE, a2a=agents(
             {"name": "first", "card_url": first.card_url}, {"name": "second", "card_url": second.card_url},
             org_agents={"acme": "first"})) as stack,
     ):
@@ -302,10 +316,10 @@ async def test_the_agent_service_reached_through_its_a2a_server(database_factory
     assert len({t["contextId"] for t in tasks}) == 1  # one conversation, one A2A context
 
 
-async def test_a_wrong_credential_fails_the_reply_and_keeps_the_breaker_closed(database_factory):
+async def test_a_wrong_credential_fails_the_reply_and_keeps_the_breaker_closed(sqlite_chat):
     async with (
         a2a_agent(bearer=TOKEN) as agent,
-        chat_service(await database_factory("chat"), NOWHERE, a2a=agents(
+        chat_service(sqlite_chat, NOWHERE, a2a=agents(
             {"name": "echo", "card_url": agent.card_url, "bearer_token": "not-the-token"})) as stack,
     ):
         cid = await stack.conversation()
