@@ -27,6 +27,9 @@ from agent_service.a2a.streams import TaskStreams
 from agent_service.a2a.transport import A2AParts
 from agent_service.deps import AgentState
 from agent_service.errors import install_error_handlers
+from agent_service.events.event_log import EventLog
+from agent_service.events.live_tail import build_notifier
+from agent_service.events.streaming import EventStreamer, StreamSettings
 from agent_service.hooks.loading import load_hooks
 from agent_service.hooks.runner import HookRunner
 from agent_service.memory import router as memory_router
@@ -40,12 +43,9 @@ from agent_service.profiles.service import ProfileStore
 from agent_service.runs import router as runs_router
 from agent_service.runs.admission import run_admission
 from agent_service.runs.engine import ReActEngine, ToolLookup, find_tool
-from agent_service.runs.event_log import EventLog
 from agent_service.runs.leases import LeaseKeeper, new_owner_id
-from agent_service.runs.live_tail import build_notifier
 from agent_service.runs.manager import RunManager
 from agent_service.runs.service import RunService
-from agent_service.runs.streaming import EventStreamer, StreamSettings
 from agent_service.sessions import router as sessions_router
 from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings

@@ -13,6 +13,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from agent_service.deps import SettingsDep
 from agent_service.errors import IdentityProviderUnavailable, Unauthorized
+from agent_service.settings import AgentServiceSettings
 from shared.oidc.errors import InvalidToken, ProviderUnavailable
 from shared.oidc.verifier import AccessTokenVerifier
 
@@ -40,13 +41,20 @@ async def require_caller(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     verifier: Annotated[AccessTokenVerifier | None, Depends(_token_verifier)],
 ) -> None:
-    if presented is not None:
-        if settings.api_keys and key_is_valid(presented, settings.api_keys):
+    await check_caller(settings, verifier, api_key=presented, bearer=credentials.credentials if credentials else None)
+
+
+async def check_caller(
+    settings: AgentServiceSettings, verifier: AccessTokenVerifier | None, *, api_key: str | None, bearer: str | None,
+) -> None:
+    """The one check of every route, the A2A ones included: a key, else a token, else refused."""
+    if api_key is not None:
+        if settings.api_keys and key_is_valid(api_key, settings.api_keys):
             return
         raise Unauthorized("missing or invalid X-API-Key")
-    if credentials is not None and verifier is not None:
+    if bearer is not None and verifier is not None:
         try:
-            await verifier.verify(credentials.credentials)
+            await verifier.verify(bearer)
         except InvalidToken as exc:
             raise Unauthorized(str(exc)) from None
         except ProviderUnavailable:

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_service.events.streaming import EventStreamer
 from agent_service.memory.recall import LongTermMemory
 from agent_service.metrics import AgentMetrics
 from agent_service.profiles.service import ProfileStore
 from agent_service.runs.leases import LeaseKeeper
 from agent_service.runs.manager import RunManager
 from agent_service.runs.service import RunService
-from agent_service.runs.streaming import EventStreamer
 from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings
 from shared.oidc.verifier import AccessTokenVerifier

@@ -14,6 +14,7 @@ from typing import Annotated
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from agent_service.a2a.media import is_media_range
 from shared.db import is_sqlite
 from shared.heap_profile import HeapProfileSettings
 from shared.llm.config import LLMSettings
@@ -71,7 +72,7 @@ class AgentServiceSettings(BaseSettings):
     # Per-subscriber live queue; a subscriber that falls this far behind is dropped and reconnects.
     live_queue_size: Annotated[int, Field(gt=0)] = 10_000
     # Transcripts of sessions this process completed, kept so the next message to one starts its
-    # model call before the session is read (runs.snapshots); bounded by their estimated size.
+    # model call before the session is read (events.snapshots); bounded by their estimated size.
     # 0 keeps none (every run reads its session first).
     session_snapshot_max_bytes: Annotated[int, Field(ge=0)] = 4 * 1024 * 1024
     # A replica that does not run a session itself follows its event log. On PostgreSQL each commit
@@ -135,6 +136,10 @@ class AgentServiceSettings(BaseSettings):
     # The base URL the Agent Card gives for the A2A interfaces (behind a proxy, its public URL);
     # unset: the URL the card was fetched from.
     a2a_public_url: str | None = None
+    # The files an A2A message may carry, as media ranges, comma-separated ("text/*,application/pdf").
+    # A text file is read inline, another is named to the model; a file of a type not listed is
+    # refused with ContentTypeNotSupportedError. Empty: no files.
+    a2a_file_types: Annotated[list[str], NoDecode, Field(max_length=100)] = ["*/*"]
     # FOR CONFORMANCE TESTS ONLY, off by default: A2A requests need no API key, and the card says
     # so. The A2A conformance kit (TCK) cannot send one. Never set in production: anyone who can
     # reach the port could then run the agent.
@@ -148,12 +153,20 @@ class AgentServiceSettings(BaseSettings):
     redis_url: str | None = Field(default=None, validation_alias=AliasChoices("redis_url", "REDIS_URL"))
     debug: HeapProfileSettings = Field(default_factory=HeapProfileSettings)
 
-    @field_validator("api_keys", "hooks", "blocked_tools", mode="before")
+    @field_validator("api_keys", "hooks", "blocked_tools", "a2a_file_types", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
         return value
+
+    @field_validator("a2a_file_types")
+    @classmethod
+    def _media_ranges(cls, value: list[str]) -> list[str]:
+        wrong = [entry for entry in value if not is_media_range(entry)]
+        if wrong:
+            raise ValueError(f"not media ranges (type/subtype, * for any): {wrong}")
+        return [entry.lower() for entry in value]
 
     @model_validator(mode="after")
     def _renew_within_lease(self) -> AgentServiceSettings:

@@ -1,8 +1,8 @@
 """The Agent Card (``/.well-known/agent-card.json``): who the agent is and how to reach it.
 
 Its skills are the profiles; its interfaces the two bindings this service serves; its security
-what the A2A routes check (the Agent Service's API key, unless the conformance-test setting turned
-it off). The resume extension says how a subscriber picks up a stream where it was cut.
+what the A2A routes check (the Agent Service's API key or an access token of its identity provider,
+unless the conformance-test setting turned it off). The resume extension says how a subscriber picks up a stream where it was cut.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ REST_PATH = "/a2a/v1"
 RESUME_EXTENSION = "urn:taskforce:a2a:event-seq-resume:v1"
 API_KEY_SCHEME = "apiKey"
 API_KEY_HEADER = "X-API-Key"
+OIDC_SCHEME = "oidc"
 CARD_MAX_AGE_S = 300
 
 _RESUME_DESCRIPTION = (
@@ -53,7 +54,7 @@ def build_card(settings: AgentServiceSettings, profiles: ProfileStore, base_url:
             "extendedAgentCard": False,
             "extensions": [{"uri": RESUME_EXTENSION, "description": _RESUME_DESCRIPTION, "required": False}],
         },
-        "defaultInputModes": list(INPUT_MODES),
+        "defaultInputModes": list(dict.fromkeys([*INPUT_MODES, *settings.a2a_file_types])),
         "defaultOutputModes": list(OUTPUT_MODES),
         "skills": [
             {"id": profile.name, "name": profile.name, "description": profile.description or profile.name,
@@ -62,14 +63,27 @@ def build_card(settings: AgentServiceSettings, profiles: ProfileStore, base_url:
         ],
     }
     if not settings.a2a_allow_anonymous:
-        card["securitySchemes"] = {
-            API_KEY_SCHEME: {"apiKeySecurityScheme": {
-                "location": "header", "name": API_KEY_HEADER,
-                "description": "one of the Agent Service's API keys (AGENT_SERVICE_API_KEYS)",
-            }},
-        }
-        card["securityRequirements"] = [{"schemes": {API_KEY_SCHEME: {"list": []}}}]
+        card.update(_security(settings))
     return card
+
+
+def _security(settings: AgentServiceSettings) -> dict[str, Any]:
+    """What the A2A routes accept (transport.authenticate): a key, or a token of the identity provider."""
+    schemes: dict[str, Any] = {}
+    if settings.api_keys:
+        schemes[API_KEY_SCHEME] = {"apiKeySecurityScheme": {
+            "location": "header", "name": API_KEY_HEADER,
+            "description": "one of the Agent Service's API keys (AGENT_SERVICE_API_KEYS)",
+        }}
+    oidc = settings.auth_oidc
+    if oidc.issuer:
+        schemes[OIDC_SCHEME] = {"openIdConnectSecurityScheme": {
+            "openIdConnectUrl": f"{oidc.issuer.rstrip('/')}/.well-known/openid-configuration",
+            "description": f"an access token of this provider for the audience {oidc.audience} "
+                           "(client credentials), as Authorization: Bearer",
+        }}
+    # Each requirement is one way in; any of them will do.
+    return {"securitySchemes": schemes, "securityRequirements": [{"schemes": {name: {"list": []}}} for name in schemes]}
 
 
 def card_etag(card: dict[str, Any]) -> str:

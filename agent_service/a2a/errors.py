@@ -127,6 +127,12 @@ class Unauthenticated(A2AError):
     jsonrpc_code, http_status, reason, domain = -32000, 401, "UNAUTHENTICATED", "agent-service.taskforce"
 
 
+class IdentityProviderDown(A2AError):
+    """A bearer token could not be checked: the identity provider's keys cannot be read (retry)."""
+
+    jsonrpc_code, http_status, reason, domain = -32000, 503, "IDENTITY_PROVIDER_UNAVAILABLE", "agent-service.taskforce"
+
+
 def no_push_notifications() -> A2AError:
     return PushNotificationNotSupported("this agent sends no push notifications; stream or poll the task")
 

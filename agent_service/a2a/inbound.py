@@ -1,23 +1,27 @@
 """What an A2A message asks of the agent: its text, the skill, the user it acts for.
 
-The agent reads text: text parts as they are, data parts as their JSON. Files (``raw``, ``url``)
-are refused with ContentTypeNotSupportedError, as is a client that accepts no text back (the
-answer is text; files and data its tools make come beside it).
+The agent reads text: text parts as they are, data parts as their JSON, files as
+``attachments`` gives them (a text file inline, another named). A client that accepts no text back
+is refused with ContentTypeNotSupportedError (the answer is text; files and data its tools make
+come beside it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
+from agent_service.a2a.attachments import file_text
 from agent_service.a2a.errors import ContentTypeNotSupported, InvalidParams, PushNotificationNotSupported
 from agent_service.a2a.schemas import Message, Part, Role, SendMessageRequest
 from shared.protocol import UserContext
 
-# What the agent reads (a text part of these media types, or a data part) and writes: its answer,
-# and data (its tools' calls and results, emit_data); files its tools write are of their own types.
+# What the agent reads (a text part of these media types, or a data part; files of the types
+# AGENT_SERVICE_A2A_FILE_TYPES accepts besides) and writes: its answer, and data (its tools' calls
+# and results, emit_data); files its tools write are of their own types.
 INPUT_MODES = ("text/plain", "application/json")
 OUTPUT_MODES = ("text/plain", "application/json")
 _TEXT_TYPES = ("text/", "application/json")
@@ -38,22 +42,19 @@ def check_request(request: SendMessageRequest) -> None:
         raise InvalidParams("a message to the agent has the role ROLE_USER")
 
 
-def message_text(message: Message) -> str:
-    """The message as the agent reads it: its parts, one after another."""
-    return "\n".join(_part_text(part) for part in message.parts)
+def message_text(message: Message, file_types: Sequence[str]) -> str:
+    """The message as the agent reads it: its parts, one after another; files of ``file_types``."""
+    return "\n".join(_part_text(part, file_types) for part in message.parts)
 
 
-def _part_text(part: Part) -> str:
+def _part_text(part: Part, file_types: Sequence[str]) -> str:
     if part.text is not None:
         if part.media_type and not part.media_type.lower().startswith(_TEXT_TYPES):
             raise ContentTypeNotSupported(f"a text part of type {part.media_type} is not supported")
         return part.text
     if part.data is not None:
         return orjson.dumps(part.data).decode()
-    media = part.media_type or "a file"
-    raise ContentTypeNotSupported(
-        f"{media} is not supported: this agent reads {', '.join(INPUT_MODES)} (text or data parts)"
-    )
+    return file_text(part, file_types)
 
 
 def approval_of(message: Message) -> bool | None:

@@ -35,7 +35,7 @@ from agent_service.a2a.schemas import (
     SubscribeToTaskRequest,
 )
 from agent_service.a2a.transport import A2AParts
-from agent_service.runs.streaming import EventStreamResponse
+from agent_service.events.streaming import EventStreamResponse
 
 log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)
@@ -108,7 +108,7 @@ async def jsonrpc(request: Request) -> Response:
     request_id: RequestId = None
     a2a = transport.parts(request)
     try:
-        transport.authenticate(request, a2a.settings)
+        await transport.authenticate(request, a2a.settings)
         transport.check_content_type(request)
         request_id, method, params = _envelope(await request.body())
         transport.check_version(request)

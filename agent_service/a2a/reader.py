@@ -15,8 +15,8 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from agent_service.a2a.errors import TaskNotFound
 from agent_service.a2a.projection import TaskProjection
 from agent_service.a2a.repository import TaskRepository, TaskRow
-from agent_service.runs.event_log import EventLog
-from agent_service.runs.repository import EventRepository
+from agent_service.events.event_log import EventLog
+from agent_service.repository import EventRepository
 from shared.protocol import EventEnvelope
 
 _PAGE = 500

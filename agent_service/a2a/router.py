@@ -41,7 +41,7 @@ from agent_service.a2a.transport import (
     sse_event,
     validated,
 )
-from agent_service.runs.streaming import EventStreamResponse
+from agent_service.events.streaming import EventStreamResponse
 
 log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)
@@ -68,7 +68,7 @@ def _rest(operation: Operation) -> Operation:
 
     async def handle(request: Request) -> Response:
         try:
-            authenticate(request, parts(request).settings)
+            await authenticate(request, parts(request).settings)
             check_version(request)
             return await operation(request)
         except A2AError as exc:

@@ -36,10 +36,10 @@ from agent_service.a2a.schemas import (
     TaskState,
 )
 from agent_service.errors import AgentServiceError, NothingToCancel
-from agent_service.runs.event_log import EventLog
+from agent_service.events.event_log import EventLog
+from agent_service.events.streaming import EventStreamer
 from agent_service.runs.schemas import RunHandle
 from agent_service.runs.service import RunService
-from agent_service.runs.streaming import EventStreamer
 from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings
 from shared.protocol import Answer, EventEnvelope, ExecuteRequest, utcnow
@@ -97,7 +97,7 @@ class A2AService:
         existing = context_id is not None and await self.reader.context_exists(context_id)
         execute = ExecuteRequest(
             session_id=context_id if existing else None, profile_name=skill_of(request, self._settings.a2a_profile),
-            message=message_text(request.message), user_context=user_of(request, self._settings.a2a_user_id),
+            message=message_text(request.message, self._settings.a2a_file_types), user_context=user_of(request, self._settings.a2a_user_id),
         )
         handle = await self._runs.execute(execute, None, new_session_id=None if existing else context_id)
         row = TaskRow(handle.run_id, handle.session_id, handle.first_seq, utcnow())
@@ -122,7 +122,7 @@ class A2AService:
                 f"task {row.task_id} is {projection.state.value}: it takes a message only when it asks "
                 "for input (TASK_STATE_INPUT_REQUIRED); wait for it or cancel it", taskId=row.task_id,
             )
-        answer = Answer(question_id=projection.question_id, text=message_text(message), approved=approval_of(message))
+        answer = Answer(question_id=projection.question_id, text=message_text(message, self._settings.a2a_file_types), approved=approval_of(message))
         execute = ExecuteRequest(
             session_id=row.context_id, profile_name=self._settings.a2a_profile, answer=answer,
             user_context=user_of(request, self._settings.a2a_user_id),

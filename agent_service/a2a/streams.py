@@ -23,7 +23,7 @@ from agent_service.a2a.projection import StreamResponse, TaskProjection
 from agent_service.a2a.repository import TaskRow
 from agent_service.a2a.schemas import SendMessageRequest, SubscribeToTaskRequest
 from agent_service.a2a.service import A2AService
-from agent_service.runs.event_log import EventLog
+from agent_service.events.event_log import EventLog
 from agent_service.sessions.service import SessionService
 from shared.protocol import EventEnvelope, SessionStatus
 from shared.sse import encode_comment

@@ -1,7 +1,8 @@
 """What both HTTP bindings check before an operation, and how they frame a stream.
 
 Every A2A request is authenticated as the rest of the Agent Service is (``X-API-Key``, any of
-``AGENT_SERVICE_API_KEYS``, compared in constant time), and must speak A2A 1.0: the
+``AGENT_SERVICE_API_KEYS``, compared in constant time, or with ``AGENT_SERVICE_AUTH_OIDC_ISSUER`` an
+access token of that provider, ``Authorization: Bearer``), and must speak A2A 1.0: the
 ``A2A-Version`` header (or query parameter) says which version a client speaks; an empty one
 means 0.3 (spec 3.6.2), which this server does not serve.
 """
@@ -18,13 +19,15 @@ from pydantic import BaseModel, ValidationError
 from agent_service.a2a.card import API_KEY_HEADER, PROTOCOL_VERSION
 from agent_service.a2a.errors import (
     ContentTypeNotSupported,
+    IdentityProviderDown,
     InvalidParams,
     Unauthenticated,
     VersionNotSupported,
 )
 from agent_service.a2a.service import A2AService
 from agent_service.a2a.streams import TaskStreams
-from agent_service.auth import key_is_valid
+from agent_service.auth import check_caller
+from agent_service.errors import IdentityProviderUnavailable, Unauthorized
 from agent_service.settings import AgentServiceSettings
 
 VERSION_HEADER = "A2A-Version"
@@ -43,13 +46,19 @@ def parts(request: Request) -> A2AParts:
     return request.app.state.agent.a2a
 
 
-def authenticate(request: Request, settings: AgentServiceSettings) -> None:
+async def authenticate(request: Request, settings: AgentServiceSettings) -> None:
     """Before anything else: nothing about a request is answered to a stranger."""
     if settings.a2a_allow_anonymous:
         return
-    presented = request.headers.get(API_KEY_HEADER)
-    if not presented or not settings.api_keys or not key_is_valid(presented, settings.api_keys):
-        raise Unauthenticated(f"missing or invalid {API_KEY_HEADER}")
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    bearer = token.strip() or None if scheme.lower() == "bearer" else None
+    try:
+        await check_caller(settings, request.app.state.agent.token_verifier,
+                           api_key=request.headers.get(API_KEY_HEADER), bearer=bearer)
+    except Unauthorized as exc:
+        raise Unauthenticated(str(exc.detail)) from None
+    except IdentityProviderUnavailable as exc:
+        raise IdentityProviderDown(str(exc.detail)) from None
 
 
 def check_version(request: Request) -> None:

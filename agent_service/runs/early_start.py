@@ -14,12 +14,12 @@ import asyncio
 from enum import Enum
 from typing import Self
 
+from agent_service.events.event_log import SessionChannel
+from agent_service.events.snapshots import SessionSnapshot
 from agent_service.models import AgentSession
 from agent_service.profiles.schemas import Profile
-from agent_service.runs.event_log import SessionChannel
 from agent_service.runs.manager import ActiveRun, RunManager
 from agent_service.runs.schemas import RunHandle
-from agent_service.runs.snapshots import SessionSnapshot
 from agent_service.runs.state import RunState
 from shared.admission import Slot
 from shared.protocol import ExecuteRequest

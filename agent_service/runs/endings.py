@@ -17,9 +17,9 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agent_service.errors import RUN_ERROR_RETRYABLE
+from agent_service.events.event_log import EventLog
 from agent_service.models import AgentSession, next_seq
-from agent_service.runs.event_log import EventLog
-from agent_service.runs.repository import SessionRepository
+from agent_service.repository import SessionRepository
 from agent_service.runs.state import Completed, Outcome, Paused, RunState, close_pending_calls
 from shared.protocol import AskUserData, CompleteData, ErrorCode, ErrorData, EventType, SessionStatus
 

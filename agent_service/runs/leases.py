@@ -24,11 +24,11 @@ import uuid
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from agent_service.events.event_log import EventLog
 from agent_service.metrics import AgentMetrics
+from agent_service.repository import OrphanRun, RunRepository, SessionRepository
 from agent_service.runs.endings import CANCELLED, INTERRUPTED, end_with_error, ended_status
-from agent_service.runs.event_log import EventLog
 from agent_service.runs.manager import RunManager
-from agent_service.runs.repository import OrphanRun, RunRepository, SessionRepository
 from shared.cancel_safety import stop_loop
 from shared.protocol import ErrorCode, SessionStatus, utcnow
 from shared.transactions import is_unavailable

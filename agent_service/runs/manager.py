@@ -17,15 +17,15 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from agent_service.events.event_log import EventLog, EventsNotSaved, RunTakenOver, SessionChannel
+from agent_service.events.snapshots import DEFAULT_MAX_BYTES, SessionSnapshot, SessionSnapshots
 from agent_service.metrics import AgentMetrics
 from agent_service.profiles.schemas import Profile
+from agent_service.repository import RunRepository, SessionRepository
 from agent_service.runs.admission import capacity_wait
 from agent_service.runs.endings import CANCELLED, INTERRUPTED, Ending, ending_of
 from agent_service.runs.engine import ReActEngine
-from agent_service.runs.event_log import EventLog, EventsNotSaved, RunTakenOver, SessionChannel
-from agent_service.runs.repository import RunRepository, SessionRepository
 from agent_service.runs.schemas import RunHandle
-from agent_service.runs.snapshots import DEFAULT_MAX_BYTES, SessionSnapshot, SessionSnapshots
 from agent_service.runs.state import Completed, Failed, Outcome, Resume, RunContext, RunState
 from shared.admission import Slot
 from shared.logging import session_id_var

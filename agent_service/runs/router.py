@@ -6,7 +6,7 @@ from fastapi import APIRouter, Header
 
 from agent_service.auth import ApiKey
 from agent_service.deps import RunServiceDep, StreamerDep
-from agent_service.runs.streaming import EventStreamResponse
+from agent_service.events.streaming import EventStreamResponse
 from shared.http_contract import BODY_ERRORS, errors, event_stream
 from shared.protocol import ExecuteRequest
 

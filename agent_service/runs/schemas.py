@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agent_service.runs.event_log import LiveSubscription
+    from agent_service.events.event_log import LiveSubscription
 
 
 @dataclass(frozen=True, slots=True)

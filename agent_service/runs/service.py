@@ -16,14 +16,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.errors import IdempotencyKeyConflict, QuestionExpired, RunInProgress, SessionNotFound
+from agent_service.events.event_log import EventLog
 from agent_service.models import AgentSession, next_seq
 from agent_service.profiles.schemas import Profile
 from agent_service.profiles.service import ProfileStore
+from agent_service.repository import RunRepository, SessionRepository
 from agent_service.runs.early_start import EarlyModelCall
 from agent_service.runs.endings import end_with_error
-from agent_service.runs.event_log import EventLog
 from agent_service.runs.manager import ActiveRun, RunManager
-from agent_service.runs.repository import RunRepository, SessionRepository
 from agent_service.runs.schemas import RunHandle
 from agent_service.runs.state import Resume, RunState
 from agent_service.runs.validation import check_request, turn_for

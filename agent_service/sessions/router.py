@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 
 from agent_service.auth import ApiKey
 from agent_service.deps import SessionServiceDep, StreamerDep
-from agent_service.runs.streaming import EventStreamResponse
+from agent_service.events.streaming import EventStreamResponse
 from shared.http_contract import errors, event_stream
 from shared.logging import session_id_var
 from shared.protocol import MAX_ID_CHARS, SessionStatusResponse

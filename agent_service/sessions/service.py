@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.errors import NothingToCancel, SessionNotFound
+from agent_service.events.event_log import EventLog
+from agent_service.repository import RunRepository, SessionRepository
 from agent_service.runs.endings import CANCELLED, end_with_error
-from agent_service.runs.event_log import EventLog
 from agent_service.runs.manager import RunManager
-from agent_service.runs.repository import RunRepository, SessionRepository
 from agent_service.settings import AgentServiceSettings
 from shared.protocol import ErrorCode, PendingQuestion, SessionStatus, SessionStatusResponse, utcnow
 

@@ -6,11 +6,16 @@ cancel, errors, and auth.
 
 from __future__ import annotations
 
+import base64
+from collections.abc import AsyncIterator, Sequence
+
 import httpx
 
+from shared.llm.base import LLMDone, LLMEvent, LLMMessage, TextDelta, ToolSpec
 from shared.protocol import EventType
 from shared.sse import SSEDecoder, decode_envelope
 from tests.integration.a2a.conftest import API_KEY, VERSION, A2AClient
+from tests.support.models import ScriptedModelBase
 
 
 async def _log(base_url: str, session_id: str) -> list:
@@ -116,8 +121,8 @@ async def test_errors_are_the_a2a_errors_of_each_binding(a2a_url: str) -> None:
         assert missing["code"] == -32001 and missing["data"][0]["reason"] == "TASK_NOT_FOUND"
         resp = await rest.http.get("/a2a/v1/tasks/no-such-task")
         assert resp.status_code == 404 and resp.json()["error"]["details"][0]["reason"] == "TASK_NOT_FOUND"
-        file_part = {"role": "ROLE_USER", "messageId": "f", "parts": [{"url": "https://x/y.pdf", "mediaType": "application/pdf"}]}
-        assert (await client.error("SendMessage", {"message": file_part}))["code"] == -32005
+        bad_file = {"role": "ROLE_USER", "messageId": "f", "parts": [{"raw": "not base64!", "mediaType": "text/plain"}]}
+        assert (await client.error("SendMessage", {"message": bad_file}))["code"] == -32602
         assert (await client.error("SendMessage", {}))["code"] == -32602
         assert (await client.error("NoSuchMethod", {}))["code"] == -32601
         old = await client.http.post("/a2a/jsonrpc", headers={"A2A-Version": ""},
@@ -148,3 +153,37 @@ async def test_without_the_key_nothing_is_answered_and_the_card_says_which_key(a
     assert body["securityRequirements"] == [{"schemes": {"apiKey": {"list": []}}}]
     assert {i["protocolBinding"] for i in body["supportedInterfaces"]} == {"JSONRPC", "HTTP+JSON"}
     assert {s["id"] for s in body["skills"]} == {"default", "researcher", "careful"}
+
+
+class _EchoModel(ScriptedModelBase):
+    """Answers with the user's last message as the model received it."""
+
+    name = "echo"
+
+    async def reply(self, messages: Sequence[LLMMessage], tools: Sequence[ToolSpec]) -> AsyncIterator[LLMEvent]:
+        yield TextDelta(next(m.content for m in reversed(messages) if m.role == "user"))
+        yield LLMDone(prompt_tokens=1, completion_tokens=1, finish_reason="stop")
+
+
+async def test_files_of_the_accepted_types_reach_the_model_and_others_are_refused(a2a_factory) -> None:
+    csv = base64.b64encode(b"city,days\nLisbon,3\n").decode()
+    pdf = base64.b64encode(b"%PDF-1.7").decode()
+    async with a2a_factory(provider=_EchoModel(), a2a_file_types=["text/*"]) as url:
+        client, rest = A2AClient(url), A2AClient(url, rest=True)
+        try:
+            task = await client.send("Plan it:", parts=[
+                {"text": "Plan it:"}, {"raw": csv, "mediaType": "text/csv", "filename": "trip.csv"},
+            ])
+            assert _text(task["artifacts"][0]) == (
+                "Plan it:\n[The user attached trip.csv (text/csv, 19 bytes):]\ncity,days\nLisbon,3\n"
+            )
+            message = {"role": "ROLE_USER", "messageId": "p", "parts": [{"raw": pdf, "mediaType": "application/pdf"}]}
+            refused = await client.error("SendMessage", {"message": message})
+            assert refused["code"] == -32005 and "this agent takes text/*" in refused["message"]
+            resp = await rest.http.post("/a2a/v1/message:send", json={"message": message | {"messageId": "p2"}})
+            assert resp.status_code == 415
+            card = (await client.http.get("/.well-known/agent-card.json")).json()
+            assert card["defaultInputModes"] == ["text/plain", "application/json", "text/*"]
+        finally:
+            await client.aclose()
+            await rest.aclose()

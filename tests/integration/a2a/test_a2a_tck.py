@@ -5,9 +5,9 @@ settings: the TCK's profile, whose scripted model follows the kit's scenarios
 (tests/support/a2a_scripted_model.py), and ``a2a_allow_anonymous``, since the kit cannot send an
 API key. The kit runs in a virtualenv of its own (tests/support/a2a_tck.py).
 
-MUST: every test passes except the ones docs/a2a.md lists with the reason (the set must match
-exactly, so a change either way shows here). SHOULD and MAY: every result is reported; the
-SHOULD ones the kit marks as expected failures (``xfail``) must be the ones docs/a2a.md lists.
+MUST: every test passes. SHOULD and MAY: every result is reported; the SHOULD ones the kit marks
+as expected failures (``xfail``) must be the ones docs/a2a.md lists (the set must match exactly, so
+a change either way shows here).
 """
 
 from __future__ import annotations
@@ -28,13 +28,6 @@ from tests.support.servers import REPO_ROOT, serve_app
 PROFILES = REPO_ROOT / "tests" / "support" / "a2a_tck_profiles.yaml"
 DOCS = REPO_ROOT / "docs" / "a2a.md"
 
-# MUST tests that fail, and why (docs/a2a.md, "Conformance"): the kit expects success for a part of
-# a media type the agent does not read, where the spec (3.1.1) and the requirement's own text say
-# ContentTypeNotSupportedError, which we answer (the kit's requirement lacks its expected_error).
-KNOWN_MUST_FAILURES = {
-    "tests/compatibility/core_operations/test_requirements.py::test_must_requirement[CORE-SEND-003-jsonrpc]",
-    "tests/compatibility/core_operations/test_requirements.py::test_must_requirement[CORE-SEND-003-http_json]",
-}
 # SHOULD tests the kit reports as expected failures: the task's history holds the agent's
 # questions, not the user's messages (the event log has no user messages).
 KNOWN_SHOULD_XFAILS = {
@@ -108,15 +101,12 @@ async def test_a2a_tck_must_should_may(tck: Path, tmp_path: Path) -> None:
         should = await _run_level(python, kit, url, "should")
         may = await _run_level(python, kit, url, "may")
 
-    failed = {test for test, outcome in must.items() if outcome == "failed"}
-    assert failed == KNOWN_MUST_FAILURES, (
-        f"unexpected MUST failures: {sorted(failed - KNOWN_MUST_FAILURES)}; "
-        f"listed in docs/a2a.md but passing now: {sorted(KNOWN_MUST_FAILURES - failed)}"
-    )
+    failed = sorted(test for test, outcome in must.items() if outcome == "failed")
+    assert failed == [], f"MUST failures: {failed}"
     assert sum(outcome == "passed" for outcome in must.values()) >= 120
     assert {t for t, o in should.items() if o == "failed"} == set()
     assert {t for t, o in should.items() if o == "xfailed"} == KNOWN_SHOULD_XFAILS
     assert {t for t, o in may.items() if o in ("failed", "xfailed")} == set()
     documented = DOCS.read_text(encoding="utf-8")
-    for test in KNOWN_MUST_FAILURES | KNOWN_SHOULD_XFAILS:
+    for test in KNOWN_SHOULD_XFAILS:
         assert test.split("::", 1)[1].split("[")[0] in documented, f"docs/a2a.md does not list {test}"

@@ -81,3 +81,25 @@ async def test_the_chat_delegates_with_its_own_token_and_no_shared_key(tmp_path,
             assert frames[-1]["type"] == "message.completed", frames[-1]
             assert "391" in frames[-1]["data"]["content"]
             assert not [f for f in frames if f["type"] == "notice"]  # the agent answered, not the fallback
+
+
+async def test_the_a2a_routes_take_the_same_tokens_and_the_card_says_so(tmp_path, provider: OpenIDProvider) -> None:
+    async with serve_app(agent_app(tmp_path, provider, [KEY])) as url, httpx.AsyncClient(base_url=url) as http:
+        right = await provider.client_credentials(AGENT_CALLER, AGENT_RESOURCE)
+        wrong = await provider.client_credentials(CHAT_ONLY, CHAT_RESOURCE)
+        message = {"message": {"role": "ROLE_USER", "parts": [{"text": "what is 17*23"}], "messageId": "cc-1"}}
+        version = {"A2A-Version": "1.0"}
+        sent = await http.post("/a2a/v1/message:send", json=message,
+                               headers=version | {"Authorization": f"Bearer {right}"})
+        assert sent.status_code == 200, sent.text
+        assert sent.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        refused = await http.post("/a2a/jsonrpc", headers=version | {"Authorization": f"Bearer {wrong}"},
+                                  json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}})
+        assert refused.status_code == 401
+        assert refused.json()["error"]["message"] == "the token is for another audience"
+
+        card = (await http.get("/.well-known/agent-card.json")).json()
+        assert card["securitySchemes"]["oidc"]["openIdConnectSecurityScheme"]["openIdConnectUrl"] == (
+            f"{provider.issuer.rstrip('/')}/.well-known/openid-configuration"
+        )
+        assert card["securityRequirements"] == [{"schemes": {"apiKey": {"list": []}}}, {"schemes": {"oidc": {"list": []}}}]

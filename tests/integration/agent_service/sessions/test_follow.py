@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from agent_service.models import AgentEvent, AgentRun, AgentSession
-from agent_service.runs.repository import SessionRepository
+from agent_service.repository import SessionRepository
 from shared.protocol import utcnow
 
 

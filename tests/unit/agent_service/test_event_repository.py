@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from agent_service.migrate import run_migrations
 from agent_service.models import AgentRun, AgentSession
-from agent_service.runs.repository import EventRepository, RunRepository, SessionRepository
+from agent_service.repository import EventRepository, RunRepository, SessionRepository
 from shared.db import create_engine, create_sessionmaker
 from shared.protocol import EventEnvelope, EventType
 

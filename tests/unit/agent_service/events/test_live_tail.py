@@ -8,7 +8,7 @@ import asyncio
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from agent_service.runs.live_tail import LocalNotifier, PostgresNotifier, build_notifier
+from agent_service.events.live_tail import LocalNotifier, PostgresNotifier, build_notifier
 from shared.db import create_engine, create_sessionmaker
 
 

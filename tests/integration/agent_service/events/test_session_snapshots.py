@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from agent_service.runs.snapshots import transcript_bytes
+from agent_service.events.snapshots import transcript_bytes
 
 
 async def test_completed_sessions_stay_within_the_byte_bound(agent_factory) -> None:

@@ -8,13 +8,13 @@ from contextlib import asynccontextmanager
 
 from sqlalchemy import event as sa_event
 
+from agent_service.events import streaming
+from agent_service.events.event_log import EventLog
+from agent_service.events.streaming import EventStreamer, StreamSettings
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
 from agent_service.models import AgentSession
-from agent_service.runs import streaming
-from agent_service.runs.event_log import EventLog
-from agent_service.runs.repository import SessionRepository
-from agent_service.runs.streaming import EventStreamer, StreamSettings
+from agent_service.repository import SessionRepository
 from shared.db import create_engine, create_sessionmaker
 from shared.protocol import AnswerChunkData, CompleteData, EventType, utcnow
 from shared.sse import SSEDecoder, decode_envelope

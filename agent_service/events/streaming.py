@@ -21,9 +21,9 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from agent_service.events.event_log import EventLog, LiveEvent, LiveSubscription
 from agent_service.metrics import AgentMetrics
-from agent_service.runs.event_log import EventLog, LiveEvent, LiveSubscription
-from agent_service.runs.repository import EventRepository, SessionRepository
+from agent_service.repository import EventRepository, SessionRepository
 from shared.fastpath.direct_body import body_send
 from shared.fastpath.handoff import Handoff
 from shared.protocol import EventEnvelope, SessionStatus

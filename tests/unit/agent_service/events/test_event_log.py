@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import event as sa_event
 from sqlalchemy.exc import OperationalError
 
+from agent_service.events.event_log import EventLog, EventsNotSaved, LiveEvent, LiveSubscription
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
 from agent_service.models import AgentSession
-from agent_service.runs.event_log import EventLog, EventsNotSaved, LiveEvent, LiveSubscription
-from agent_service.runs.repository import EventRepository, SessionRepository
+from agent_service.repository import EventRepository, SessionRepository
 from shared.db import create_engine, create_sessionmaker
 from shared.fastpath.handoff import Handoff
 from shared.protocol import (

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from agent_service.events.live_tail import LiveTailNotifier, LocalNotifier
 from agent_service.metrics import AgentMetrics
-from agent_service.runs.live_tail import LiveTailNotifier, LocalNotifier
-from agent_service.runs.repository import EventRepository, RunRepository, SessionRepository
+from agent_service.repository import EventRepository, RunRepository, SessionRepository
 from shared.group_commit import GroupCommitter
 from shared.protocol import EventEnvelope
 

@@ -37,10 +37,10 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from agent_service.events.event_writer import EventWriter
+from agent_service.events.live_tail import LiveTailNotifier, LocalNotifier
 from agent_service.metrics import AgentMetrics
-from agent_service.runs.event_writer import EventWriter
-from agent_service.runs.live_tail import LiveTailNotifier, LocalNotifier
-from agent_service.runs.repository import EventRepository, SessionRepository
+from agent_service.repository import EventRepository, SessionRepository
 from shared.fastpath.handoff import Handoff
 from shared.fastpath.prevalidated import prevalidated
 from shared.group_commit import RETRY_PAUSES_S

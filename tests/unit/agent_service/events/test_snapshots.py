@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from agent_service.models import AgentSession
-from agent_service.runs.snapshots import (
+from agent_service.events.snapshots import (
     MESSAGE_OVERHEAD_BYTES,
     TOOL_CALL_OVERHEAD_BYTES,
     SessionSnapshot,
     SessionSnapshots,
     transcript_bytes,
 )
+from agent_service.models import AgentSession
 from shared.protocol import SessionStatus
 
 
