@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 QUESTION_LIFETIME = timedelta(days=7)
 DEFAULT_QUESTION = "The agent needs more information to continue."
 CANCELLED = "CANCELLED"
+# How far from a snapshot's end the chunks sent again after it may start.
+REPLAY_WINDOW = 4
 _ERRORS = {
     wire.FAILED: ("A2A_FAILED", True),
     wire.REJECTED: ("A2A_REJECTED", False),
@@ -69,6 +71,8 @@ class TaskFold:
         self._texts: dict[str, str] = {}
         self._artifacts_sent: set[str] = set()
         self._parts_seen: dict[str, int] = {}
+        # Per artifact of the last snapshot: its parts, and where the chunks repeating them have got.
+        self._snapshot_tails: dict[str, tuple[list[dict[str, Any]], int | None]] = {}
         self._last_status: tuple[str, str | None, str] | None = None
         self._diverged = False
 
@@ -86,9 +90,12 @@ class TaskFold:
         if isinstance(event, TaskSnapshot):
             # The task as it stands: its artifacts replace what the fold had (a resumed stream).
             self._texts = {}
+            self._snapshot_tails = {a.artifact_id: (a.parts, None) for a in event.artifacts}
             out = [e for artifact in event.artifacts for e in self._artifact(artifact, append=False)]
             return out + self._more_text() + self._status(event.status)
         if isinstance(event, ArtifactUpdate):
+            if event.append and self._held_by_snapshot(event.artifact):
+                return []
             return self._artifact(event.artifact, append=event.append) + self._more_text()
         assert isinstance(event, StatusUpdate)
         return self._status(event.status)
@@ -106,6 +113,33 @@ class TaskFold:
         self._ids(message.context_id, message.task_id)
         self._texts = {"message": message.text}
         return self._more_text() + self._end(EventType.COMPLETE, {"answer": self.answer})
+
+    def _held_by_snapshot(self, artifact: wire.Artifact) -> bool:
+        """Whether this appended chunk is one the last snapshot holds already.
+
+        An agent may start sending a subscriber its events before it reads the task for the snapshot
+        (the reference SDK does: no event is missed, but the few applied in between come twice), and
+        A2A gives events no number to tell. So the first chunks after a snapshot that repeat the
+        snapshot's last parts, in order (within ``REPLAY_WINDOW`` parts of its end), are taken as
+        those; the end of the task, read whole after a resume (``A2ATaskStream``), settles the text."""
+        tail = self._snapshot_tails.get(artifact.artifact_id)
+        if tail is None:
+            return False
+        parts, at = tail
+        size = len(artifact.parts)
+        if at is None:  # the first chunk since the snapshot: where in its last parts does it start?
+            at = next((i for i in range(len(parts) - size, max(len(parts) - REPLAY_WINDOW, 0) - 1, -1)
+                       if i >= 0 and parts[i:i + size] == artifact.parts), None)
+        elif parts[at:at + size] != artifact.parts:
+            at = None
+        if at is None or not size:
+            del self._snapshot_tails[artifact.artifact_id]
+            return False
+        if at + size >= len(parts):
+            del self._snapshot_tails[artifact.artifact_id]
+        else:
+            self._snapshot_tails[artifact.artifact_id] = (parts, at + size)
+        return True
 
     def _artifact(self, artifact: wire.Artifact, *, append: bool) -> list[EventEnvelope]:
         text = wire.text_of(artifact.parts)

@@ -21,8 +21,10 @@ import logging
 from collections import deque
 from typing import Any, Self
 
+from conversation_service.a2a_agents import wire
 from conversation_service.a2a_agents.client import A2AAgentClient, A2AStream
 from conversation_service.a2a_agents.fold import TaskFold
+from conversation_service.a2a_agents.wire import StatusUpdate, StreamEvent
 from conversation_service.agent_client.errors import (
     AgentBadRequestError,
     AgentProtocolError,
@@ -55,6 +57,7 @@ class A2ATaskStream:
         self._finished = False
         self._failed_reconnects = 0
         self._broken_since: float | None = None
+        self._resumed = False  # read through a subscription: its snapshot may overlap its first events
         self.retries = 0
         self.reconnects = 0
         self.idempotency_key = message.get("messageId") if message else None
@@ -117,6 +120,7 @@ class A2ATaskStream:
                 self._message, self._metadata, self._deadline))
         else:
             assert self.fold.task_id is not None
+            self._resumed = True
             try:
                 self._connection = await self._within(first_deadline, self._client.subscribe(
                     self.fold.task_id, self._deadline))
@@ -161,7 +165,21 @@ class A2ATaskStream:
             await self._resume(AgentStreamError("the A2A agent's stream ended before the task did"))
             return
         self._failed_reconnects, self._broken_since = 0, None
+        if self._resumed and isinstance(event, StatusUpdate) and event.status.state == wire.COMPLETED:
+            event = await self._settled(event)
         self._pending.extend(self.fold.feed(event))
+
+    async def _settled(self, completed: StatusUpdate) -> StreamEvent:
+        """The task read whole at its end, after a resume: its own text settles the answer, whatever the
+        chunks sent again around the snapshot were (A2A cannot tell them apart); the status update
+        itself when the read fails."""
+        assert self.fold.task_id is not None
+        try:
+            task = await self._client.get_task(self.fold.task_id)
+        except AgentServiceError:
+            log.warning("could not read the A2A task at its end", extra={"a2a_agent": self._client.name})
+            return completed
+        return task if task.status.state == wire.COMPLETED else completed
 
     async def _resume(self, cause: AgentServiceError) -> None:
         """Pick the task up again with ``SubscribeToTask``; a task that ended meanwhile with ``GetTask``."""
@@ -185,6 +203,7 @@ class A2ATaskStream:
             try:
                 self._connection = await self._within(loop.time() + self._config.read_timeout,
                                                       self._client.subscribe(self.fold.task_id, self._deadline))
+                self._resumed = True
                 return
             except AgentBadRequestError:
                 # UnsupportedOperationError: the task ended while we were away (spec 3.1.6).

@@ -402,6 +402,7 @@ async def test_a_turn_taken_over_subscribes_to_the_task_and_sends_on_the_rest(da
             ws = await connect(base, ids["cid"], "alice", after_seq=0)
             frames = await recv_until(ws, lambda f: f["type"] == "message.completed")
             await ws.close()
+            await app.state.tasks.join()  # the takeover marks the turn done once its end is out
             async with unit_of_work(app.state.storage.sessionmaker) as session:
                 message = await session.get(Message, ids["reply"])
                 turn = await session.get(Turn, ids["user"])
@@ -412,7 +413,7 @@ async def test_a_turn_taken_over_subscribes_to_the_task_and_sends_on_the_rest(da
     # The stored deltas, then the rest from the text they end at: the chunk shown live but never
     # stored ("w2 ") comes again at its offset, and nothing else twice.
     assert [d["offset"] for d in deltas[:2]] == [0, 3] and deltas[2]["offset"] == 6
-    assert "".join(d["text"] for d in deltas) == expected
+    assert "".join(d["text"] for d in deltas) == expected, [(d["offset"], d["text"]) for d in deltas]
     assert final_of(frames, ids["reply"])["data"]["content"] == expected
     assert (message.status, message.content) == (MessageStatus.COMPLETE.value, expected)
     assert turn.status == TurnStatus.DONE.value and turn.takeovers == 1

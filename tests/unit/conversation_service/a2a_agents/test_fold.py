@@ -105,3 +105,17 @@ def test_files_links_and_data_become_artifacts_once() -> None:
     snapshot = {"task": {"id": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_WORKING"},
                          "artifacts": [update["artifactUpdate"]["artifact"]]}}
     assert feed(fold, snapshot) == []
+
+
+def test_chunks_sent_again_right_after_a_snapshot_are_not_shown_twice() -> None:
+    # The agent read the task for the snapshot after it had queued "w2 " and "w3 " for us.
+    fold = TaskFold(delivered="w0 ", context_id="c1", task_id="t1")
+    events = feed(fold, task("TASK_STATE_WORKING", "w0 ", "w1 ", "w2 ", "w3 "), chunk("w2 "), chunk("w3 "),
+                  chunk("w4 "), chunk("w3 "))  # after the snapshot's tail, a repeat is the agent's own text
+    assert [d["text"] for _, d in events] == ["w1 w2 w3 ", "w4 ", "w3 "]
+
+
+def test_a_new_chunk_after_a_snapshot_is_shown() -> None:
+    fold = TaskFold(delivered="", context_id="c1", task_id="t1")
+    events = feed(fold, task("TASK_STATE_WORKING", "a", "b"), chunk("c"), chunk("b"))
+    assert [d["text"] for _, d in events] == ["ab", "c", "b"]
