@@ -191,10 +191,25 @@ def _gauge(text: str, name: str) -> float:
     raise KeyError(name)
 
 
-async def memory_phase(client: httpx.AsyncClient, base_url: str, rss, runs: int) -> dict[str, Any]:
+async def _heap(client: httpx.AsyncClient, base_url: str) -> dict[str, Any]:
+    """The service's traced Python heap (``--heap``: ``DEBUG_HEAP_PROFILE``), and what grew since the last call."""
+    response = await client.get(f"{base_url}/debug/heap", params={"top": 12})
+    response.raise_for_status()
+    return response.json()
+
+
+def _heap_growth(report: dict[str, Any], runs: int) -> list[dict[str, Any]]:
+    return [{"site": g["site"], "kib_per_run": round(g["bytes_diff"] / runs / 1024, 2), "count_diff": g["count_diff"]}
+            for g in report["growth"] or []]
+
+
+async def memory_phase(
+    client: httpx.AsyncClient, base_url: str, rss, runs: int, heap: bool = False,
+) -> dict[str, Any]:
     # Warm the process first (imports, pools, caches): the baseline then holds what every run reuses.
     await asyncio.gather(*(execute(client, base_url) for _ in range(min(10, runs))))
     baseline = statistics.median([rss() for _ in range(5)])
+    heap_before = await _heap(client, base_url) if heap else None
     chunks = [asyncio.Event() for _ in range(runs)]
     tasks = [asyncio.create_task(execute(client, base_url, on_chunk=e)) for e in chunks]
     # Every run is streaming answer chunks: all of them are active now.
@@ -205,12 +220,23 @@ async def memory_phase(client: httpx.AsyncClient, base_url: str, rss, runs: int)
         samples.append(rss())
         active_seen.append(_gauge((await client.get(f"{base_url}/metrics")).text, "agent_active_runs"))
         await asyncio.sleep(0.2)  # spacing between RSS samples, not synchronisation
+    heap_active = await _heap(client, base_url) if heap else None
     still_running = sum(not t.done() for t in tasks)
     results = await asyncio.gather(*tasks)
     _check(results)
     after_runs = rss()
     active = statistics.median(samples)
-    return {
+    figures: dict[str, Any] = {}
+    if heap_before is not None and heap_active is not None:
+        heap_after = await _heap(client, base_url)
+        figures["heap"] = {
+            "traced_kib_per_active_run": round(
+                (heap_active["traced_bytes"] - heap_before["traced_bytes"]) / runs / 1024, 1),
+            "traced_kib_per_run_after_runs_ended": round(
+                (heap_after["traced_bytes"] - heap_before["traced_bytes"]) / runs / 1024, 1),
+            "growth_while_active": _heap_growth(heap_active, runs),
+        }
+    return figures | {
         "runs_held_active": runs,
         "runs_still_streaming_after_sampling": still_running,
         "agent_active_runs_gauge_while_sampling": active_seen,
@@ -253,9 +279,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         if args.memory_runs:
             slow = fake_llm(root, tokens=args.tokens, ttft_ms=0, token_delay_ms=args.memory_token_delay_ms,
                             name="fake_llm_slow")
-            agent_mem = agent_process(root, slow, urls["agent_mem"], args.log_level, name="agent_service_mem")
+            heap_env = {"DEBUG_HEAP_PROFILE": "1", "DEBUG_HEAP_PROFILE_FRAMES": "3"} if args.heap else None
+            agent_mem = agent_process(root, slow, urls["agent_mem"], args.log_level, name="agent_service_mem",
+                                      extra_env=heap_env)
             async with running(slow, agent_mem):
-                results["memory"] = mem = await memory_phase(client, agent_mem.url, agent_mem.rss, args.memory_runs)
+                results["memory"] = mem = await memory_phase(
+                    client, agent_mem.url, agent_mem.rss, args.memory_runs, heap=args.heap)
             print(f"\n== memory, {args.memory_runs} active runs ==")
             for key, value in mem.items():
                 print(f"  {key}: {value}")
@@ -299,6 +328,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="record a py-spy profile (raw collapsed stacks) of the service during the CPU phase")
     parser.add_argument("--memory-runs", type=int, default=100, help="0 skips the memory phase")
     parser.add_argument("--memory-token-delay-ms", type=float, default=50.0)
+    parser.add_argument("--heap", action="store_true",
+                        help="memory phase with tracemalloc on: the traced heap per active run and where it grew "
+                             "(its RSS figures then include tracemalloc's own)")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)

@@ -23,7 +23,7 @@ from agent_service.runs.admission import capacity_wait
 from agent_service.runs.endings import CANCELLED, INTERRUPTED, Ending, ending_of
 from agent_service.runs.engine import ReActEngine
 from agent_service.runs.event_log import EventLog, EventsNotSaved, RunTakenOver, SessionChannel
-from agent_service.runs.repository import RunRepository, SessionRepository
+from agent_service.runs.repository import RunRepository
 from agent_service.runs.schemas import RunHandle
 from agent_service.runs.snapshots import DEFAULT_MAX_BYTES, SessionSnapshot, SessionSnapshots
 from agent_service.runs.state import Completed, Failed, Outcome, Resume, RunContext, RunState
@@ -199,10 +199,10 @@ class RunManager:
             )
             if not owned:
                 raise RunTakenOver(handle.run_id)
-            await SessionRepository(db).update(handle.session_id, updated_at=now, **ending.session_values())
 
         try:
-            final = await self._log.emit_final(run.channel, ending.event, ending.data, finalize)
+            final = await self._log.emit_final(
+                run.channel, ending.event, ending.data, finalize, {"updated_at": now, **ending.session_values()})
         except EventsNotSaved:
             # Given up between the check above and the end: the run ends with the same error.
             await self._finish(run, Failed(ErrorCode.STORAGE_UNAVAILABLE, EVENTS_LOST))

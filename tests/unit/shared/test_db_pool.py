@@ -1,4 +1,5 @@
-"""PostgreSQL pool: a connection the server closed is replaced at checkout, without a ping per checkout."""
+"""The pools: a connection the PostgreSQL server closed is replaced at checkout, without a ping per
+checkout; the connections a burst opened are kept for the next one."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ import asyncpg
 import pytest
 from sqlalchemy import event, text
 
-from shared.db import create_engine
+from shared.db import SQLITE_POOL_SIZE, create_engine
 from tests.support.databases import POSTGRES_ADMIN_DSN, backends, fresh_database
 
-pytestmark = pytest.mark.skipif("postgres" not in backends(), reason="PostgreSQL pool behaviour")
 
-
+@pytest.mark.skipif("postgres" not in backends(), reason="PostgreSQL pool behaviour")
 async def test_a_connection_closed_by_the_server_is_replaced_and_no_checkout_pings(
     tmp_path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -52,5 +52,33 @@ async def test_a_connection_closed_by_the_server_is_replaced_and_no_checkout_pin
             # Three checkouts, and only the test's own statements reached the server.
             assert statements == ["SELECT pg_backend_pid()"] * 3
             assert ";" not in fetched
+        finally:
+            await engine.dispose()
+
+
+@pytest.mark.parametrize("backend", backends())
+async def test_the_connections_a_burst_opened_serve_the_next_burst(backend: str, tmp_path) -> None:
+    """No overflow that is closed on return: a burst past ``pool_size`` used to open (and then close)
+    a connection per statement above it, each costing milliseconds of the service's CPU."""
+    async with fresh_database(backend, tmp_path) as url:
+        engine = create_engine(url, pool_size=3)
+        opened: list[object] = []
+        event.listen(engine.sync_engine, "connect", lambda conn, _record: opened.append(conn))
+        try:
+            at_once = 6 if backend == "postgres" else SQLITE_POOL_SIZE  # the most either holds
+
+            async def burst() -> None:
+                connections = [await engine.connect() for _ in range(at_once)]
+                for conn in connections:
+                    await conn.execute(text("SELECT 1"))
+                for conn in connections:
+                    await conn.close()
+
+            await burst()
+            assert len(opened) == at_once
+            for _ in range(3):
+                await burst()
+            assert len(opened) == at_once, "a later burst opened connections again"
+            assert engine.pool.checkedin() == at_once
         finally:
             await engine.dispose()
