@@ -19,6 +19,7 @@ import asyncpg
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import Match
@@ -140,7 +141,8 @@ def storage_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_storage_errors(app: FastAPI) -> None:
-    """``storage_error`` for the database's errors (SQLAlchemy's and the drivers' connection errors)."""
-    for kind in (DBAPIError, DisconnectionError, ConnectionError, asyncpg.exceptions.PostgresConnectionError,
-                 asyncpg.exceptions.CannotConnectNowError):
+    """``storage_error`` for the database's errors (SQLAlchemy's and the drivers' connection errors, and
+    a pool that had no connection free within its timeout: overload, answered 503, never a 500)."""
+    for kind in (DBAPIError, DisconnectionError, PoolTimeout, ConnectionError,
+                 asyncpg.exceptions.PostgresConnectionError, asyncpg.exceptions.CannotConnectNowError):
         app.add_exception_handler(kind, storage_error)  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ from typing import TypeVar
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from shared.group_commit import RETRY_PAUSES_S
@@ -74,6 +75,8 @@ def is_unavailable(exc: BaseException) -> bool:
             return True
         if isinstance(cause, (ConnectionError, TimeoutError, DisconnectionError, *_ASYNCPG_GONE)):
             return True
+        if isinstance(cause, PoolTimeout):
+            return True  # every pooled connection stayed busy: overload, and the same work may run again
         if isinstance(cause, OSError) and not isinstance(cause, sqlite3.Error):
             return True
         if isinstance(cause, asyncpg.exceptions.InterfaceError) and "closed" in str(cause):
