@@ -37,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests.common import (
     AGENT_KEY,
+    POSTGRES_ADMIN_URL,
     REPO_ROOT,
     agent_process,
     databases,
@@ -183,6 +184,21 @@ async def cpu_phase(
     }
 
 
+async def _sessions_opened(url: str) -> int | None:
+    """Connections the server has accepted to the database of ``url`` so far (PostgreSQL's statistics;
+    None on SQLite). Opening one costs the service milliseconds of CPU: a figure no noise moves."""
+    if not url.startswith("postgresql"):
+        return None
+    import asyncpg
+
+    admin = await asyncpg.connect(POSTGRES_ADMIN_URL)
+    try:
+        return await admin.fetchval(
+            "SELECT sessions FROM pg_stat_database WHERE datname = $1", url.rsplit("/", 1)[1])
+    finally:
+        await admin.close()
+
+
 def _gauge(text: str, name: str) -> float:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -272,9 +288,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 results["concurrent"] = phase_conc = await phase(client, agent.url, args.concurrency, args.rounds)
                 _print(f"{args.concurrency} concurrent runs", phase_conc)
             if args.cpu_runs:
+                sessions_before = await _sessions_opened(urls["agent"])
                 results["cpu"] = cpu = await cpu_phase(
                     client, agent.url, agent.pid, args.cpu_runs, args.cpu_rounds, args.profile
                 )
+                if sessions_before is not None:
+                    await asyncio.sleep(1.5)  # the server's statistics are flushed about once a second
+                    cpu["database_connections_opened"] = await _sessions_opened(urls["agent"]) - sessions_before
                 _print(f"CPU, {args.cpu_runs} concurrent runs", cpu)
         if args.memory_runs:
             slow = fake_llm(root, tokens=args.tokens, ttft_ms=0, token_delay_ms=args.memory_token_delay_ms,
