@@ -77,8 +77,6 @@ def is_unavailable(exc: BaseException) -> bool:
             return True
         if isinstance(cause, (ConnectionError, TimeoutError, DisconnectionError, *_ASYNCPG_GONE)):
             return True
-        if isinstance(cause, PoolTimeout):
-            return True  # every pooled connection stayed busy: overload, and the same work may run again
         if isinstance(cause, OSError) and not isinstance(cause, sqlite3.Error):
             return True
         if isinstance(cause, asyncpg.exceptions.InterfaceError) and "closed" in str(cause):
