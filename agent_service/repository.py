@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,6 +41,15 @@ _CLOSE_LOG = (
     .values(seq_reserved=bindparam("c_seq"),
             last_seq=case((_SESSIONS.c.last_seq < bindparam("c_seq"), bindparam("c_seq")), else_=_SESSIONS.c.last_seq))
 )
+
+
+@functools.lru_cache(maxsize=8)
+def _close_log_setting(columns: tuple[str, ...]):
+    """``_CLOSE_LOG`` also setting ``columns`` (bound as ``c_<column>``): one statement per kind of
+    ending, built once."""
+    return _CLOSE_LOG.values(**{name: bindparam(f"c_{name}") for name in columns}) if columns else _CLOSE_LOG
+
+
 # Rows per insert statement of a group commit on SQLite (see EventRepository.insert_many).
 _INSERT_SLICE = 64
 
@@ -155,10 +165,14 @@ class SessionRepository:
             .execution_options(synchronize_session=False)
         )
 
-    async def close_log(self, session_id: str, seq: int) -> None:
+    async def close_log(self, session_id: str, seq: int, **values: Any) -> None:
         """A run's terminal event at ``seq`` is written: the log reaches it (``last_seq``, never
-        moved back) and the reservation ends there, in one statement."""
-        await self.db.execute(_CLOSE_LOG, {"c_session_id": session_id, "c_seq": seq})
+        moved back) and the reservation ends there, in one statement with the session's other
+        ``values`` (its state after the run), which would otherwise cost a statement of their own."""
+        await self.db.execute(
+            _close_log_setting(tuple(values)),
+            {"c_session_id": session_id, "c_seq": seq, **{f"c_{name}": value for name, value in values.items()}},
+        )
 
     async def bump_last_seqs(self, last_seqs: Mapping[str, int]) -> None:
         """``bump_last_seq`` for many sessions in one statement (SQLite: one executemany): a group

@@ -19,12 +19,15 @@ from urllib.parse import parse_qsl
 import httpx
 from fastapi import FastAPI
 
+from conversation_service.a2a_agents.client import A2AAgentClient
+from conversation_service.a2a_agents.target import A2ATarget
 from conversation_service.agent_client import AgentServiceClient
 from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
 from conversation_service.agent_delegation.failures import TurnFailures
 from conversation_service.agent_delegation.processor import AgentEventProcessor
 from conversation_service.agent_delegation.service import AgentDelegation
 from conversation_service.agent_delegation.takeover import TurnTakeover
+from conversation_service.agent_delegation.targets import AgentTargets
 from conversation_service.auth.authenticator import DevelopmentTokens, ProviderTokens
 from conversation_service.auth.guard import Authentication
 from conversation_service.auth.login import LoginFlow
@@ -85,6 +88,7 @@ class AgentParts:
     delegation: AgentDelegation
     dispatcher: AgentReplyDispatcher
     answers: AnswerService
+    targets: AgentTargets  # who answers: the Agent Service or an A2A agent
 
 
 def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -113,6 +117,7 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 auth=agent_auth,
             ))
             app.state.agent_client = client  # the memory routes ask the Agent Service directly
+            targets = await stack.enter_async_context(build_targets(settings, client, metrics, tracing))
             # Replies and turns under way stop before the client they use closes.
             tasks = app.state.tasks = await stack.enter_async_context(TaskSupervisor(app.state.shutdown))
             replies = ReplyEnder(storage.transactions, realtime.publisher)
@@ -124,15 +129,15 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 model=default_model(settings.llm, llm), stops=leases.stops,
             )
             agent = app.state.agent = await stack.enter_async_context(
-                build_agent(settings, storage, realtime, llm, client, replier, replies, tasks, leases, metrics,
+                build_agent(settings, storage, realtime, llm, targets, replier, replies, tasks, leases, metrics,
                             tracing))
             app.state.dead_letters = DeadLetterReplayer(storage.sessionmaker, agent.delegation, tasks, leases)
             messages = app.state.messages = MessageService(
                 storage.sessionmaker, realtime.publisher, agent.dispatcher, metrics.messages, leases,
                 max_chars=settings.max_message_chars, tasks=tasks, admission=turn_admission(settings, metrics.turns),
             )
-            app.state.reply_control = ReplyControl(storage.sessionmaker, realtime.publisher, leases, messages, client,
-                                                   flush_frames=realtime.writer.flush)
+            app.state.reply_control = ReplyControl(storage.sessionmaker, realtime.publisher, leases, messages,
+                                                   agent.targets, flush_frames=realtime.writer.flush)
             yield
 
     return run
@@ -285,37 +290,66 @@ async def build_realtime(
 
 
 def _routing(settings: ConversationSettings):
-    if settings.routing.enabled and not settings.agent_credentials_set:
+    if settings.routing.enabled and not settings.agent_credentials_set and not settings.a2a.agents:
         log.warning("neither AGENT_SERVICE_API_KEY nor AGENT_SERVICE_CLIENT_ID is set: agent routing is disabled")
         return settings.routing.model_copy(update={"enabled": False})
     return settings.routing
 
 
-def _breaker(settings: ConversationSettings, metrics: ConversationMetrics) -> CircuitBreaker:
+def _breaker(settings: ConversationSettings, metrics: ConversationMetrics, agent: str | None = None) -> CircuitBreaker:
+    """The Agent Service's breaker (its state is a metric), or an A2A agent's (``agent``: its name)."""
+
     def changed(new_state: BreakerState) -> None:
-        metrics.agent.breaker_transitions[new_state.value].inc()
-        log.warning("agent circuit breaker changed", extra={"breaker_state": new_state.value})
+        if agent is None:
+            metrics.agent.breaker_transitions[new_state.value].inc()
+        log.warning("agent circuit breaker changed", extra={"breaker_state": new_state.value, "a2a_agent": agent})
 
     delegation = settings.delegation
     breaker = CircuitBreaker(
         failure_threshold=delegation.agent_breaker_failures, window_seconds=delegation.agent_breaker_window_s,
         open_seconds=delegation.agent_breaker_open_s, on_change=changed,
     )
-    metrics.registry.register(BreakerCollector(breaker))
+    if agent is None:
+        metrics.registry.register(BreakerCollector(breaker))
     return breaker
+
+
+@asynccontextmanager
+async def build_targets(
+    settings: ConversationSettings, client: AgentServiceClient, metrics: ConversationMetrics,
+    tracing: Tracing | TracingOff,
+) -> AsyncIterator[AgentTargets]:
+    """The Agent Service and the A2A agents of ``A2A_AGENTS``, each with its breaker and its pool."""
+    config = settings.delegation.client_config()
+
+    def transport() -> httpx.AsyncBaseTransport | None:
+        # Traced, a call to an A2A agent carries the turn's traceparent as the Agent Service's does.
+        limits = httpx.Limits(max_connections=config.max_connections,
+                              max_keepalive_connections=config.max_keepalive_connections)
+        return tracing.transport(httpx.AsyncHTTPTransport(limits=limits)) if tracing.enabled else None
+
+    a2a = {agent.name: A2ATarget(A2AAgentClient(agent, config, card_cache_s=settings.a2a.card_cache_s,
+                                                transport=transport()))
+           for agent in settings.a2a.agents}
+    try:
+        yield AgentTargets(client, _breaker(settings, metrics), a2a, settings.a2a,
+                           lambda name: _breaker(settings, metrics, name))
+    finally:
+        for target in a2a.values():
+            await target.client.aclose()
 
 
 @asynccontextmanager
 async def build_agent(
     settings: ConversationSettings, storage: Storage, realtime: Realtime, llm: LLMProvider,
-    client: AgentServiceClient, replier: DirectLLMReplier, replies: ReplyEnder, tasks: TaskSupervisor,
+    targets: AgentTargets, replier: DirectLLMReplier, replies: ReplyEnder, tasks: TaskSupervisor,
     leases: TurnLeases, metrics: ConversationMetrics, tracing: Tracing | TracingOff,
 ) -> AsyncIterator[AgentParts]:
     """The agent path; its background jobs (question expiry, health checks, turn lease renewal and
     takeover) run while the block does."""
     config = settings.delegation
     sessionmaker, publisher = storage.sessionmaker, realtime.publisher
-    breaker = _breaker(settings, metrics)
+    client, breaker = targets.client, targets.breaker(None)
     health = AgentHealthMonitor(client, breaker, metrics.agent, cache_s=config.agent_health_cache_s)
     expiry = QuestionExpiry(sessionmaker, publisher, metrics.agent, batch=config.agent_cleanup_batch)
     history = HistoryExtractor(
@@ -327,20 +361,21 @@ async def build_agent(
     )
     failures = TurnFailures(transactions=storage.transactions, processor=processor, metrics=metrics.agent)
     delegation = AgentDelegation(
-        transactions=storage.transactions, client=client, breaker=breaker, history=history, processor=processor,
+        transactions=storage.transactions, targets=targets, history=history, processor=processor,
         replier=replier, publisher=publisher, metrics=metrics.agent, settings=config, tasks=tasks, leases=leases,
         failures=failures, tracing=tracing,
     )
     dispatcher = AgentReplyDispatcher(
-        sessionmaker=sessionmaker, router=MessageRouter(_routing(settings), registry=metrics.registry),
-        breaker=breaker, delegation=delegation, expiry=expiry, replier=replier, tasks=tasks, leases=leases,
+        sessionmaker=sessionmaker, targets=targets,
+        router=MessageRouter(_routing(settings), registry=metrics.registry, agent_names=targets.names),
+        delegation=delegation, expiry=expiry, replier=replier, tasks=tasks, leases=leases,
         chat_message_answers=config.ask_user_chat_message_is_answer,
     )
     answers = AnswerService(sessionmaker, publisher, expiry, delegation, metrics.agent, leases,
                             max_chars=settings.max_message_chars)
     takeover = TurnTakeover(
         transactions=storage.transactions, leases=leases, dispatcher=dispatcher, delegation=delegation,
-        processor=processor, client=client, replies=replies, tasks=tasks, metrics=metrics.agent, failures=failures,
+        processor=processor, targets=targets, replies=replies, tasks=tasks, metrics=metrics.agent, failures=failures,
     )
     async with (
         every(config.agent_cleanup_interval_s, expiry.expire_all_due, name="ask-user-expiry"),
@@ -348,4 +383,4 @@ async def build_agent(
         every(settings.turn_lease_s / 3, leases.renew, name="turn-lease-renewal"),
         every(settings.turn_sweep_interval_s, takeover.sweep, name="turn-takeover"),
     ):
-        yield AgentParts(breaker, health, delegation, dispatcher, answers)
+        yield AgentParts(breaker, health, delegation, dispatcher, answers, targets)

@@ -37,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests.common import (
     AGENT_KEY,
+    POSTGRES_ADMIN_URL,
     REPO_ROOT,
     agent_process,
     databases,
@@ -50,6 +51,7 @@ from loadtests.common import (
     work_dir,
     write_results,
 )
+from loadtests.memory_regions import resident_by_region
 from shared.sse import SSEDecoder
 
 OVERHEAD = "agent_event_overhead_seconds"
@@ -183,6 +185,21 @@ async def cpu_phase(
     }
 
 
+async def _sessions_opened(url: str) -> int | None:
+    """Connections the server has accepted to the database of ``url`` so far (PostgreSQL's statistics;
+    None on SQLite). Opening one costs the service milliseconds of CPU: a figure no noise moves."""
+    if not url.startswith("postgresql"):
+        return None
+    import asyncpg
+
+    admin = await asyncpg.connect(POSTGRES_ADMIN_URL)
+    try:
+        return await admin.fetchval(
+            "SELECT sessions FROM pg_stat_database WHERE datname = $1", url.rsplit("/", 1)[1])
+    finally:
+        await admin.close()
+
+
 def _gauge(text: str, name: str) -> float:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -191,10 +208,30 @@ def _gauge(text: str, name: str) -> float:
     raise KeyError(name)
 
 
-async def memory_phase(client: httpx.AsyncClient, base_url: str, rss, runs: int) -> dict[str, Any]:
+async def _heap(client: httpx.AsyncClient, base_url: str) -> dict[str, Any]:
+    """The service's traced Python heap (``--heap``: ``DEBUG_HEAP_PROFILE``), and what grew since the last call."""
+    response = await client.get(f"{base_url}/debug/heap", params={"top": 12})
+    response.raise_for_status()
+    return response.json()
+
+
+def _heap_growth(report: dict[str, Any], runs: int) -> list[dict[str, Any]]:
+    return [{"site": g["site"], "kib_per_run": round(g["bytes_diff"] / runs / 1024, 2), "count_diff": g["count_diff"]}
+            for g in report["growth"] or []]
+
+
+async def memory_phase(
+    client: httpx.AsyncClient, base_url: str, rss, runs: int, heap: bool = False, pid: int | None = None,
+) -> dict[str, Any]:
     # Warm the process first (imports, pools, caches): the baseline then holds what every run reuses.
     await asyncio.gather(*(execute(client, base_url) for _ in range(min(10, runs))))
+    # Twice: the first round's recalls find no memories, the second's find the first's, and only
+    # then does the process count a memory's tokens: that pages in 17 MiB of the tokenizer's library
+    # (file-backed, shared, once per process), which the baseline must hold, not the runs measured.
+    await asyncio.gather(*(execute(client, base_url) for _ in range(min(10, runs))))
     baseline = statistics.median([rss() for _ in range(5)])
+    regions_before = resident_by_region(pid) if pid is not None else None
+    heap_before = await _heap(client, base_url) if heap else None
     chunks = [asyncio.Event() for _ in range(runs)]
     tasks = [asyncio.create_task(execute(client, base_url, on_chunk=e)) for e in chunks]
     # Every run is streaming answer chunks: all of them are active now.
@@ -205,12 +242,28 @@ async def memory_phase(client: httpx.AsyncClient, base_url: str, rss, runs: int)
         samples.append(rss())
         active_seen.append(_gauge((await client.get(f"{base_url}/metrics")).text, "agent_active_runs"))
         await asyncio.sleep(0.2)  # spacing between RSS samples, not synchronisation
+    heap_active = await _heap(client, base_url) if heap else None
+    regions_active = resident_by_region(pid) if pid is not None else None
     still_running = sum(not t.done() for t in tasks)
     results = await asyncio.gather(*tasks)
     _check(results)
     after_runs = rss()
     active = statistics.median(samples)
-    return {
+    figures: dict[str, Any] = {}
+    if regions_before is not None and regions_active is not None:
+        # Where the RSS per run lies (memory_regions): glibc's main heap, anonymous mappings, files.
+        figures["rss_kib_per_active_run_by_region"] = {
+            name: round((regions_active[name] - regions_before[name]) / runs, 1) for name in regions_before}
+    if heap_before is not None and heap_active is not None:
+        heap_after = await _heap(client, base_url)
+        figures["heap"] = {
+            "traced_kib_per_active_run": round(
+                (heap_active["traced_bytes"] - heap_before["traced_bytes"]) / runs / 1024, 1),
+            "traced_kib_per_run_after_runs_ended": round(
+                (heap_after["traced_bytes"] - heap_before["traced_bytes"]) / runs / 1024, 1),
+            "growth_while_active": _heap_growth(heap_active, runs),
+        }
+    return figures | {
         "runs_held_active": runs,
         "runs_still_streaming_after_sampling": still_running,
         "agent_active_runs_gauge_while_sampling": active_seen,
@@ -246,16 +299,23 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 results["concurrent"] = phase_conc = await phase(client, agent.url, args.concurrency, args.rounds)
                 _print(f"{args.concurrency} concurrent runs", phase_conc)
             if args.cpu_runs:
+                sessions_before = await _sessions_opened(urls["agent"])
                 results["cpu"] = cpu = await cpu_phase(
                     client, agent.url, agent.pid, args.cpu_runs, args.cpu_rounds, args.profile
                 )
+                if sessions_before is not None:
+                    await asyncio.sleep(1.5)  # the server's statistics are flushed about once a second
+                    cpu["database_connections_opened"] = await _sessions_opened(urls["agent"]) - sessions_before
                 _print(f"CPU, {args.cpu_runs} concurrent runs", cpu)
         if args.memory_runs:
             slow = fake_llm(root, tokens=args.tokens, ttft_ms=0, token_delay_ms=args.memory_token_delay_ms,
                             name="fake_llm_slow")
-            agent_mem = agent_process(root, slow, urls["agent_mem"], args.log_level, name="agent_service_mem")
+            heap_env = {"DEBUG_HEAP_PROFILE": "1", "DEBUG_HEAP_PROFILE_FRAMES": "3"} if args.heap else None
+            agent_mem = agent_process(root, slow, urls["agent_mem"], args.log_level, name="agent_service_mem",
+                                      extra_env=heap_env)
             async with running(slow, agent_mem):
-                results["memory"] = mem = await memory_phase(client, agent_mem.url, agent_mem.rss, args.memory_runs)
+                results["memory"] = mem = await memory_phase(
+                    client, agent_mem.url, agent_mem.rss, args.memory_runs, heap=args.heap, pid=agent_mem.pid)
             print(f"\n== memory, {args.memory_runs} active runs ==")
             for key, value in mem.items():
                 print(f"  {key}: {value}")
@@ -299,6 +359,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="record a py-spy profile (raw collapsed stacks) of the service during the CPU phase")
     parser.add_argument("--memory-runs", type=int, default=100, help="0 skips the memory phase")
     parser.add_argument("--memory-token-delay-ms", type=float, default=50.0)
+    parser.add_argument("--heap", action="store_true",
+                        help="memory phase with tracemalloc on: the traced heap per active run and where it grew "
+                             "(its RSS figures then include tracemalloc's own)")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)

@@ -69,7 +69,7 @@ def _agent(root: Path, url: str, args: argparse.Namespace) -> Process:
         "AGENT_SERVICE_MIGRATE_ON_START": "true",
         "AGENT_SERVICE_KNOWLEDGE_DIR": str(root / "knowledge"),
         "AGENT_SERVICE_LOG_LEVEL": args.log_level,
-    }, root)
+    }, root, start_timeout=args.start_timeout)
 
 
 def _chat(root: Path, url: str, agent: Process, args: argparse.Namespace) -> Process:
@@ -81,7 +81,7 @@ def _chat(root: Path, url: str, agent: Process, args: argparse.Namespace) -> Pro
         "AGENT_SERVICE_API_KEY": AGENT_KEY,
         "AUTH_JWT_SECRET": JWT_SECRET,
         "LOG_LEVEL": args.log_level,
-    }, root)
+    }, root, start_timeout=args.start_timeout)
 
 
 class TurnFailed(Exception):
@@ -314,6 +314,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top", type=int, default=40, help="allocation sites per report")
     parser.add_argument("--seed", type=int, default=8)
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--start-timeout", type=float, default=300.0,
+                        help="seconds each service has to start (traced, it starts several times slower)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.rounds < 3 or args.requests < args.rounds:

@@ -5,8 +5,9 @@
 Starts the fake OpenAI-compatible model (fixed time to first token and pace per token), the Agent
 Service and the ConversationService as processes on loopback, runs ``locust`` headless against the
 ConversationService (``loadtests/locustfile.py``: 70% direct, 30% agent), samples the RSS of both
-services every ``--sample-s`` seconds, and writes Locust's CSV statistics and a JSON summary
-(latency p50/p95/p99, error rate, throughput, memory at start, middle and end).
+services every ``--sample-s`` seconds (and once a minute where it lies: ``memory_regions``), and
+writes Locust's CSV statistics and a JSON summary (latency p50/p95/p99, error rate, throughput,
+memory at start, middle and end).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from loadtests.common import (
     work_dir,
     write_results,
 )
+from loadtests.memory_regions import resident_by_region
 
 
 def _read_stats(prefix: Path) -> list[dict[str, Any]]:
@@ -81,11 +83,17 @@ def _memory(samples: list[tuple[float, int]]) -> dict[str, Any]:
 
 
 async def _sample(procs: dict[str, Any], every: float, out: dict[str, list[tuple[float, int]]],
-                  stop: asyncio.Event) -> None:
+                  stop: asyncio.Event, regions: dict[str, list[dict[str, int] | None]]) -> None:
     t0 = time.monotonic()
+    next_regions = 0.0
     while not stop.is_set():
         for name, proc in procs.items():
             out[name].append((time.monotonic() - t0, proc.rss()))
+        if time.monotonic() - t0 >= next_regions:
+            # Once a minute, where the RSS lies (memory_regions): a few ms of reading /proc.
+            next_regions += 60.0
+            for name, proc in procs.items():
+                regions[name].append(resident_by_region(proc.pid))
         try:
             await asyncio.wait_for(stop.wait(), every)
         except TimeoutError:
@@ -111,9 +119,10 @@ async def _run(args: argparse.Namespace, root: Path, prefix: Path, results: dict
     async with running_product(args, root, workers=args.workers) as product:
         agent, chat = product.agent, product.chat
         rss: dict[str, list[tuple[float, int]]] = {"agent_service": [], "conversation_service": []}
+        regions: dict[str, list[dict[str, int] | None]] = {"agent_service": [], "conversation_service": []}
         stop = asyncio.Event()
         sampler = asyncio.create_task(
-            _sample({"agent_service": agent, "conversation_service": chat}, args.sample_s, rss, stop))
+            _sample({"agent_service": agent, "conversation_service": chat}, args.sample_s, rss, stop, regions))
         cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtests" / "locustfile.py"),
                "--headless", "-u", str(args.users), "-r", str(args.spawn_rate), "--run-time", args.run_time,
                "--host", chat.url, "--csv", str(prefix), "--only-summary", "--stop-timeout", "60"]
@@ -137,6 +146,8 @@ async def _run(args: argparse.Namespace, root: Path, prefix: Path, results: dict
         name: [round(rss_ / 2**20, 1) for t, rss_ in samples if int(t) % 60 < args.sample_s]
         for name, samples in rss.items()
     }
+    # The same minutes by kind of mapping (main process only; with --workers, the parent's).
+    results["memory_regions_per_minute_kib"] = regions
     print(output.decode(errors="replace")[-6000:])
     for row in results["stats"]:
         print(f"  {row['type']:5} {row['name']:34} n={row['requests']:6} err={row['error_rate']} "

@@ -141,7 +141,8 @@ def storage_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_storage_errors(app: FastAPI) -> None:
-    """``storage_error`` for the database's errors (SQLAlchemy's and the drivers' connection errors)."""
+    """``storage_error`` for the database's errors (SQLAlchemy's and the drivers' connection errors, and
+    a pool that had no connection free within its timeout: overload, answered 503, never a 500)."""
     for kind in (DBAPIError, DisconnectionError, PoolTimeout, ConnectionError,
                  asyncpg.exceptions.PostgresConnectionError, asyncpg.exceptions.CannotConnectNowError):
         app.add_exception_handler(kind, storage_error)  # type: ignore[arg-type]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import bpe_openai
-
 DEFAULT_ENCODING = "cl100k_base"
 # Per-message framing in the chat format (<|start|>role ... <|end|>), as OpenAI documents it.
 TOKENS_PER_MESSAGE = 4
@@ -15,6 +13,10 @@ TOKENS_PER_REPLY = 3
 
 @lru_cache(maxsize=4)
 def get_encoding(name: str = DEFAULT_ENCODING):
+    # Imported at first use: loading the tokenizer takes about a second, which a process that counts
+    # no tokens (the operator's CLI, a migration) should not pay at start.
+    import bpe_openai
+
     return bpe_openai.get_encoding(name)
 
 

@@ -280,17 +280,17 @@ class EventLog:
 
     async def emit_final(
         self, channel: SessionChannel, type_: EventType, data: BaseModel | dict[str, Any],
-        finalize: Callable[[AsyncSession], Awaitable[None]],
+        finalize: Callable[[AsyncSession], Awaitable[None]], session_values: dict[str, Any] | None = None,
     ) -> EventEnvelope:
         """Write everything before it, then the terminal event together with ``finalize``'s changes
-        in one transaction (retried in order while the database is away); only then publish it and
-        close the channel."""
+        and the session's new ``session_values`` in one transaction (retried in order while the
+        database is away); only then publish it and close the channel."""
         if not await self.durable(channel) and type_ is not EventType.ERROR:
             raise EventsNotSaved(channel.run_id)
         item = self._envelope(channel, type_, data)
         taken_over = written = False
         try:
-            await self._write_final(channel, item, finalize)
+            await self._write_final(channel, item, finalize, session_values or {})
             written = True
         except RunTakenOver:
             taken_over = True
@@ -318,6 +318,7 @@ class EventLog:
 
     async def _write_final(
         self, channel: SessionChannel, item: LiveEvent, finalize: Callable[[AsyncSession], Awaitable[None]],
+        session_values: dict[str, Any],
     ) -> None:
         deadline = time.monotonic() + self._budget_s
         for pause in itertools.chain(RETRY_PAUSES_S, itertools.repeat(RETRY_PAUSES_S[-1])):
@@ -327,9 +328,10 @@ class EventLog:
                     # could collide with another replica's end of it), and it locks the run row
                     # before the session row, the order recovery locks them in.
                     await finalize(db)
+                    # Every seq shown is in the log once this commits: the reservation ends with the
+                    # run, in the statement that leaves the session's state after it.
+                    await SessionRepository(db).close_log(channel.session_id, item.envelope.seq, **session_values)
                     await EventRepository(db).insert_many([item.envelope])
-                    # Every seq shown is now in the log: the reservation ends with the run.
-                    await SessionRepository(db).close_log(channel.session_id, item.envelope.seq)
                     await self.notifier.announce(db, channel.session_id, item.envelope.seq)
                 return
             except RunTakenOver:

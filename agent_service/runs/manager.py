@@ -22,7 +22,7 @@ from agent_service.events.event_log import EventLog, EventsNotSaved, RunTakenOve
 from agent_service.events.snapshots import DEFAULT_MAX_BYTES, SessionSnapshot, SessionSnapshots
 from agent_service.metrics import AgentMetrics
 from agent_service.profiles.schemas import Profile
-from agent_service.repository import RunRepository, SessionRepository
+from agent_service.repository import RunRepository
 from agent_service.runs.admission import capacity_wait
 from agent_service.runs.endings import CANCELLED, INTERRUPTED, Ending, ending_of
 from agent_service.runs.engine import ReActEngine
@@ -219,10 +219,10 @@ class RunManager:
             )
             if not owned:
                 raise RunTakenOver(handle.run_id)
-            await SessionRepository(db).update(handle.session_id, updated_at=now, **ending.session_values())
 
         try:
-            final = await self._log.emit_final(run.channel, ending.event, ending.data, finalize)
+            final = await self._log.emit_final(
+                run.channel, ending.event, ending.data, finalize, {"updated_at": now, **ending.session_values()})
         except EventsNotSaved:
             # Given up between the check above and the end: the run ends with the same error.
             await self._finish(run, Failed(ErrorCode.STORAGE_UNAVAILABLE, EVENTS_LOST))

@@ -166,8 +166,12 @@ def error_for_status(status_code: int, body: bytes, *, request_id: str | None = 
         raw_error = parsed.get("error")
         error = raw_error[:128] if isinstance(raw_error, str) else None
         detail = parsed.get("detail")
-    cls = _STATUS_ERRORS.get(status_code) or (AgentServerError if status_code >= 500 else AgentHTTPError)
-    return cls(status_code, error, detail, request_id=request_id)
+    return error_class_for_status(status_code)(status_code, error, detail, request_id=request_id)
+
+
+def error_class_for_status(status_code: int) -> type[AgentHTTPError]:
+    """The error class of a non-2xx status (the A2A agents' errors map onto it too)."""
+    return _STATUS_ERRORS.get(status_code) or (AgentServerError if status_code >= 500 else AgentHTTPError)
 
 
 @contextmanager

@@ -6,6 +6,7 @@ never. Only calls safe to repeat come here: GETs, cancel, and ``POST execute`` w
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
 from conversation_service.agent_client.config import AgentClientConfig
-from conversation_service.agent_client.errors import AgentServerError, AgentServiceError
+from conversation_service.agent_client.errors import AgentServerError, AgentServiceError, AgentTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -93,3 +94,26 @@ async def call_with_retries(
         reraise=True,
     )
     return await retrying(fn)
+
+
+def reconnect_delay(config: AgentClientConfig, failed_reconnects: int, broken_for: float) -> float | None:
+    """The pause before the next resumption of a stream that broke mid-run, or None: give up. The
+    configured delays in turn, then the last one again while the stream has been broken for less
+    than ``resume_budget`` (a short partition, a restart: the run goes on and its events wait)."""
+    delays = config.reconnect_delays
+    if not delays:
+        return None
+    if failed_reconnects < len(delays):
+        return delays[failed_reconnects]
+    return None if broken_for + delays[-1] > config.resume_budget else delays[-1]
+
+
+async def within(deadline: float | None, awaitable: Awaitable[T], what: str) -> T:
+    """``awaitable`` by the loop time ``deadline`` (None: no limit), else ``AgentTimeoutError`` saying ``what``."""
+    if deadline is None:
+        return await awaitable
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await awaitable
+    except TimeoutError as exc:
+        raise AgentTimeoutError(what) from exc

@@ -34,7 +34,7 @@ from conversation_service.agent_client.errors import (
     AgentStreamError,
     AgentTimeoutError,
 )
-from conversation_service.agent_client.retry import RetryEvent, call_with_retries
+from conversation_service.agent_client.retry import RetryEvent, call_with_retries, reconnect_delay, within
 from shared.protocol import (
     EVENT_DATA_MODELS,
     TERMINAL_SESSION_STATUSES,
@@ -310,15 +310,10 @@ class AgentEventStream:
 
     def _next_reconnect_delay(self, now: float) -> float | None:
         """The pause before the next reconnect, or None: give up."""
-        delays = self._config.reconnect_delays
-        if self.session_id is None or not delays:
+        if self.session_id is None:
             return None
-        if self._failed_reconnects < len(delays):
-            return delays[self._failed_reconnects]
         broken_for = now - (self._broken_since if self._broken_since is not None else now)
-        if broken_for + delays[-1] > self._config.resume_budget:
-            return None
-        return delays[-1]
+        return reconnect_delay(self._config, self._failed_reconnects, broken_for)
 
     async def _caught_up(self) -> bool:
         """After a clean end without a terminal event: is there really nothing more to read?"""
@@ -388,13 +383,7 @@ class AgentEventStream:
     # -- helpers ----------------------------------------------------------------------------
 
     async def _within(self, deadline: float | None, awaitable):
-        if deadline is None:
-            return await awaitable
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await awaitable
-        except TimeoutError as exc:
-            raise AgentTimeoutError("the Agent Service did not send events in time") from exc
+        return await within(deadline, awaitable, "the Agent Service did not send events in time")
 
     async def _drop_connection(self) -> None:
         connection, self._connection = self._connection, None

@@ -14,12 +14,12 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from conversation_service.agent_delegation.schemas import TurnRequest
 from conversation_service.agent_delegation.service import AgentDelegation
+from conversation_service.agent_delegation.targets import NO_SESSION, AgentTargets
 from conversation_service.agent_sessions.repository import AgentSessionRepository
-from conversation_service.db.models import AgentSessionStatus, Conversation, Message
+from conversation_service.db.models import AgentSessionStatus, Conversation, ConversationAgentSession, Message
 from conversation_service.direct_llm.replier import DirectLLMReplier
 from conversation_service.interactions.expiry import QuestionExpiry
 from conversation_service.interactions.repository import InteractionRepository
-from conversation_service.resilience.breaker import CircuitBreaker
 from conversation_service.routing.router import MessageRouter
 from conversation_service.routing.schemas import RouteDecision, RouteReason, RouteTarget
 from conversation_service.tasks import TaskSupervisor
@@ -36,7 +36,7 @@ class AgentReplyDispatcher:
         *,
         sessionmaker: async_sessionmaker,
         router: MessageRouter,
-        breaker: CircuitBreaker,
+        targets: AgentTargets,
         delegation: AgentDelegation,
         expiry: QuestionExpiry,
         replier: DirectLLMReplier,
@@ -47,7 +47,7 @@ class AgentReplyDispatcher:
         self._leases = leases
         self._sessionmaker = sessionmaker
         self._router = router
-        self._breaker = breaker
+        self._targets = targets
         self._delegation = delegation
         self._expiry = expiry
         self._replier = replier
@@ -64,8 +64,8 @@ class AgentReplyDispatcher:
             if open_row is not None and open_row.status == AgentSessionStatus.AWAITING_USER.value:
                 pending = await InteractionRepository(session).pending_for_conversation(conversation.id)
             elif open_row is not None:
-                decision = self._route(conversation, user_message, has_active_session=True)
-                if decision.target is RouteTarget.AGENT:
+                decision = self._route(conversation, user_message, open_row)
+                if decision.target is RouteTarget.AGENT and decision.agent in (None, open_row.agent_name):
                     await self._delegation.read_ahead(prepared, session, open_row, user_message)
 
         if pending is not None and self._chat_message_answers:
@@ -83,11 +83,11 @@ class AgentReplyDispatcher:
                 open_row = None  # the session was abandoned: this message starts a fresh one
 
         if decision is None:
-            decision = self._route(conversation, user_message, has_active_session=open_row is not None)
+            decision = self._route(conversation, user_message, open_row)
         if decision.target is RouteTarget.AGENT:
             self._delegation.start(
-                conversation, user_message, TurnRequest(text=decision.message, route_reason=decision.reason.value),
-                prepared,
+                conversation, user_message,
+                TurnRequest(text=decision.message, route_reason=decision.reason.value, agent=decision.agent), prepared,
             )
             return decision
         notice = ("agent_unavailable", decision.notice) if decision.notice else None
@@ -105,13 +105,20 @@ class AgentReplyDispatcher:
         if question_id:
             answer = Answer(question_id=question_id, text=user_message.content)
             return TurnRequest(text=answer.text, answer=answer, route_reason=reason)
-        return TurnRequest(text=self._router.strip_command(user_message.content)[1], route_reason=reason)
+        _explicit, agent, text = self._router.parse(user_message.content)
+        return TurnRequest(text=text, route_reason=reason, agent=agent)
 
-    def _route(self, conversation: Conversation, user_message: Message, *, has_active_session: bool) -> RouteDecision:
+    def _route(
+        self, conversation: Conversation, user_message: Message, open_row: ConversationAgentSession | None,
+    ) -> RouteDecision:
+        # The breaker asked is that of the agent the message would go to.
+        named = self._router.parse(user_message.content)[1]
+        target = self._targets.choose(named, conversation.org_id,
+                                      open_row.agent_name if open_row is not None else NO_SESSION)
         return self._router.route(
             user_message.content,
             user_id=conversation.owner_id,
             org_id=conversation.org_id,
-            has_active_session=has_active_session,
-            agent_available=self._breaker.allows_calls,
+            has_active_session=open_row is not None,
+            agent_available=self._targets.breaker(target).allows_calls,
         )

@@ -17,6 +17,8 @@ class TurnRequest:
     text: str
     answer: Answer | None = None
     route_reason: str = ""
+    # The A2A agent the user named (``/agent <name>``): the conversation talks to it from now on.
+    agent: str | None = None
 
 
 @dataclass(slots=True)
@@ -25,6 +27,7 @@ class TurnAttempt:
     any other failure, on the turn's own path or on a takeover's."""
 
     row_id: str = ""  # the agent session row claimed ("": none yet)
+    agent_name: str | None = None  # the A2A agent the turn talks to (None: the Agent Service)
     agent_session_id: str | None = None
     profile_name: str = ""
     history_stats: dict[str, Any] = field(default_factory=dict)  # how the history was windowed

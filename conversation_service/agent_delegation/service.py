@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from conversation_service.agent_client import AgentEventStream, AgentServiceClient, AgentServiceError
+from conversation_service.agent_client import AgentEventStream, AgentServiceError
 from conversation_service.agent_delegation.failures import TurnFailures, dead_letter_payload
 from conversation_service.agent_delegation.processor import (
     AgentEventProcessor,
@@ -31,6 +31,7 @@ from conversation_service.agent_delegation.processor import (
     TurnOutcomeKind,
 )
 from conversation_service.agent_delegation.schemas import TurnAttempt, TurnRequest
+from conversation_service.agent_delegation.targets import AgentTargets
 from conversation_service.agent_delegation.turns import ConversationTurns, PreparedTurn, TurnRegistry
 from conversation_service.agent_sessions.errors import AgentSessionConflict
 from conversation_service.agent_sessions.repository import AgentSessionRepository
@@ -55,7 +56,7 @@ from conversation_service.realtime.frames import MessageCreated, Notice, TurnPro
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.replies.endings import Failed
 from conversation_service.replies.policy import Action, action_for, failure_reason, says_agent_unhealthy
-from conversation_service.resilience.breaker import CircuitBreaker, CircuitOpenError
+from conversation_service.resilience.breaker import CircuitOpenError
 from conversation_service.settings.delegation import DelegationSettings
 from conversation_service.settings.routing import FALLBACK_NOTICE
 from conversation_service.tasks import TaskSupervisor
@@ -82,8 +83,7 @@ class AgentDelegation:
         self,
         *,
         transactions: Transactions,
-        client: AgentServiceClient,
-        breaker: CircuitBreaker,
+        targets: AgentTargets,
         history: HistoryExtractor,
         processor: AgentEventProcessor,
         replier: DirectLLMReplier,
@@ -99,8 +99,7 @@ class AgentDelegation:
         self._leases = leases
         self._failures = failures
         self._tx = transactions
-        self._client = client
-        self._breaker = breaker
+        self._targets = targets
         self._history = history
         self._processor = processor
         self._replier = replier
@@ -132,6 +131,8 @@ class AgentDelegation:
         turns = self._turns.get(conversation.id)
         turns.begin()
         claim = prepared.claim if prepared is not None and prepared.turns is turns and prepared.still_valid() else None
+        if claim is not None and request.agent not in (None, claim[0].agent_name):
+            claim = None  # the user named another agent: the claim switches the conversation to it
         try:
             # The turn is the user message's: done when this task ends, left to a takeover if it dies.
             self._tasks.spawn(self._leases.hold(user_message.id, self._run(conversation, user_message, request, turns,
@@ -184,24 +185,26 @@ class AgentDelegation:
         attempt: TurnAttempt,
     ) -> str:
         started = time.perf_counter()
-        claimed = claim if claim is not None else await self._claim_session(conversation.id, user_message)
+        claimed = claim if claim is not None else await self._claim_session(conversation, user_message, request)
         if claimed is None:
             return await self._claim_conflict(conversation, attempt)
         execute = await self._request(conversation, user_message, request, claimed, attempt)
+        breaker = self._targets.breaker(attempt.agent_name)
         try:
-            is_probe = self._breaker.acquire()
+            is_probe = breaker.acquire()
         except CircuitOpenError as error:
             return await self._recover(conversation, user_message, attempt, error)
         # One key per user message (and regeneration of its answer): a retry, or the same message
         # delegated again after a restart, joins the run the first try started instead of a second.
-        stream = attempt.stream = self._client.execute_agent(execute, idempotency_key=run_key(user_message))
         try:
+            stream = attempt.stream = self._targets.execute(claimed[0], execute, idempotency_key=run_key(user_message))
             await stream.start()
         except AgentServiceError as error:
             return await self._recover(conversation, user_message, attempt, error)
         except BaseException:
-            self._breaker.release()
-            await stream.aclose()
+            breaker.release()
+            if attempt.stream is not None:
+                await attempt.stream.aclose()
             raise
         self._metrics.first_chunk_seconds.observe(time.perf_counter() - started)
         outcome = await self._follow(conversation, user_message, request, attempt, stream)
@@ -222,7 +225,7 @@ class AgentDelegation:
     ) -> ExecuteRequest:
         row, history_rows = claimed
         attempt.row_id, attempt.agent_session_id = row.id, row.agent_session_id
-        attempt.profile_name = row.profile_name
+        attempt.profile_name, attempt.agent_name = row.profile_name, row.agent_name
         chat_history, attempt.history_stats = await self._chat_history(conversation.id, history_rows)
         attempt.execute = ExecuteRequest(
             session_id=row.agent_session_id,
@@ -231,7 +234,9 @@ class AgentDelegation:
             chat_history=chat_history,
             user_context=UserContext(user_id=conversation.owner_id, org_id=conversation.org_id),
             answer=request.answer,
-            metadata={"conversation_id": conversation.id, "message_id": user_message.id},
+            metadata={"conversation_id": conversation.id, "message_id": user_message.id,
+                      # An A2A agent's name: a dead letter's replay goes to the same agent.
+                      **({"agent": row.agent_name} if row.agent_name else {})},
         )
         return attempt.execute
 
@@ -253,7 +258,7 @@ class AgentDelegation:
             attempt.ended = True
             return outcome
         except BaseException:
-            self._breaker.release()
+            self._targets.breaker(attempt.agent_name).release()
             raise
         finally:
             await stream.aclose()
@@ -262,13 +267,16 @@ class AgentDelegation:
                 turn.record.frame_out()  # a turn that failed before its first frame still records its start
                 await turn.record.settle()
 
-    async def _claim_session(self, conversation_id: str, user_message: Message) -> Claim | None:
-        """The conversation's open agent session (created if none) and the history rows before
+    async def _claim_session(self, conversation: Conversation, user_message: Message,
+                             request: TurnRequest) -> Claim | None:
+        """The conversation's open agent session (created if none, with the agent ``AgentTargets``
+        chooses; another one when the user named another) and the history rows before
         ``user_message``, in one transaction: one round trip to the database, not two."""
 
         async def claim(session: AsyncSession) -> Claim:
             row, _created = await AgentSessionService(session).get_or_create_open(
-                conversation_id, profile_name=self._settings.agent_profile_name
+                conversation.id, profile_name=self._settings.agent_profile_name,
+                agent_name=self._targets.choose(None, conversation.org_id), switch_to=request.agent,
             )
             return row, await self._read_history(session, user_message)
 
@@ -291,6 +299,8 @@ class AgentDelegation:
     ) -> AgentTurn:
         agent_session_id = attempt.agent_session_id or ""
         metadata = {"route_reason": request.route_reason, "history": attempt.history_stats}
+        if attempt.agent_name is not None:
+            metadata["agent"] = attempt.agent_name  # which agent answers: the page shows it
         # The assistant message is announced at once; its row is written once the first event's
         # frame is out (``DeferredWrite``), and the turn's later writes wait for it.
         message = Message(
@@ -303,8 +313,9 @@ class AgentDelegation:
             conversation.id, MessageCreated(message_frame_data(message)),
             progress=TurnProgress(user_message.id, message.id, agent_session_id, before_first),
         )
+        task_id = attempt.stream.run_id if attempt.agent_name is not None and attempt.stream is not None else None
         record = DeferredWrite(
-            lambda: self._record_turn(attempt.row_id, known_agent_session_id, agent_session_id, message),
+            lambda: self._record_turn(attempt.row_id, known_agent_session_id, agent_session_id, message, task_id),
             name=f"agent-turn-record:{message.id}",
         )
         return AgentTurn(
@@ -314,14 +325,18 @@ class AgentDelegation:
         )
 
     async def _record_turn(
-        self, row_id: str, known_agent_session_id: str | None, agent_session_id: str, message: Message
+        self, row_id: str, known_agent_session_id: str | None, agent_session_id: str, message: Message,
+        a2a_task_id: str | None,
     ) -> None:
-        """The turn's start in one transaction: correlation, status, and the assistant message."""
+        """The turn's start in one transaction: correlation (an A2A agent's task too), status, and the
+        assistant message."""
 
         async def record(session: AsyncSession) -> None:
             sessions = AgentSessionRepository(session)
             if known_agent_session_id is None:
                 await sessions.set_agent_session_id(row_id, agent_session_id)
+            if a2a_task_id:
+                await sessions.set_a2a_task_id(row_id, a2a_task_id)
             # One UPDATE for both: a row that is not open any more has no pending question already.
             await sessions.update_status(
                 row_id, AgentSessionStatus.ACTIVE,
@@ -341,10 +356,11 @@ class AgentDelegation:
         if attempt.stream is not None:
             self._count_retries(attempt.stream)
             attempts = attempt.stream.retries + 1
+        breaker = self._targets.breaker(attempt.agent_name)
         if says_agent_unhealthy(error):
-            self._breaker.record_failure()
-        elif attempt.stream is not None:
-            self._breaker.release()  # the service answered: it is up, it refused this request
+            breaker.record_failure()
+        elif not isinstance(error, CircuitOpenError):
+            breaker.release()  # the service answered: it is up, it refused this request
         sent = attempt.stream is not None and attempt.execute is not None
         if sent:
             await self._failures.dead_letter(
@@ -373,14 +389,14 @@ class AgentDelegation:
             self._metrics.questions["asked"].inc()
         if outcome.kind is TurnOutcomeKind.INTERRUPTED:
             assert attempt.stream is not None and attempt.execute is not None and attempt.reply is not None
-            self._breaker.record_failure()
+            self._targets.breaker(attempt.agent_name).record_failure()
             await self._failures.dead_letter(conversation.id, user_message.id, attempt.reply.agent_session_id,
                                              outcome.error_code or "stream_interrupted",
                                              str(outcome.error or "stream ended before a terminal event"),
                                              dead_letter_payload(attempt.execute), attempt.stream.retries + 1)
         else:
             # The Agent Service did its job (an agent ERROR is an answer too).
-            self._breaker.record_success()
+            self._targets.breaker(attempt.agent_name).record_success()
 
     async def _fall_back(
         self, conversation: Conversation, user_message: Message, attempt: TurnAttempt, *, code: str,

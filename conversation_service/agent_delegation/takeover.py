@@ -31,12 +31,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from conversation_service.agent_client import AgentServiceClient
 from conversation_service.agent_delegation.dispatcher import AgentReplyDispatcher
 from conversation_service.agent_delegation.failures import TurnFailures
 from conversation_service.agent_delegation.processor import AgentEventProcessor, AgentTurn, Resumed
 from conversation_service.agent_delegation.schemas import TurnAttempt
 from conversation_service.agent_delegation.service import AgentDelegation
+from conversation_service.agent_delegation.targets import AgentTargets
 from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.conversations.repository import ConversationRepository
 from conversation_service.db.models import (
@@ -74,7 +74,7 @@ _TERMINAL_FRAMES = (FrameType.MESSAGE_COMPLETED, FrameType.MESSAGE_ERROR)
 class TurnTakeover:
     def __init__(
         self, *, transactions: Transactions, leases: TurnLeases, dispatcher: AgentReplyDispatcher,
-        delegation: AgentDelegation, processor: AgentEventProcessor, client: AgentServiceClient,
+        delegation: AgentDelegation, processor: AgentEventProcessor, targets: AgentTargets,
         replies: ReplyEnder, tasks: TaskSupervisor, metrics: AgentMetrics, failures: TurnFailures,
         batch: int = 50,
     ) -> None:
@@ -84,7 +84,7 @@ class TurnTakeover:
         self._dispatcher = dispatcher
         self._delegation = delegation
         self._processor = processor
-        self._client = client
+        self._targets = targets
         self._replies = replies
         self._tasks = tasks
         self._metrics = metrics
@@ -188,8 +188,13 @@ class TurnTakeover:
 
             row = await self._tx.run(session_row)
             agent_turn.session_row_id = attempt.row_id = row.id if row is not None else ""
-            stream = attempt.stream = self._client.stream_events(turn.agent_session_id,
-                                                                 last_event_id=turn.last_agent_seq)
+            attempt.agent_name = row.agent_name if row is not None else None
+            if attempt.agent_name is not None:
+                agent_turn.metadata["agent"] = attempt.agent_name
+            # The Agent Service's log from the stored seq on; an A2A agent's task subscribed to again,
+            # sending on what the stored deltas lack.
+            stream = attempt.stream = self._targets.resume(row, turn.agent_session_id, last_seq=turn.last_agent_seq,
+                                                           delivered=content)
             try:
                 await self._processor.process(agent_turn, _iterate(stream), Resumed(content, turn.last_agent_seq))
                 attempt.ended = True

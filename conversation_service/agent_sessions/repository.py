@@ -63,6 +63,7 @@ class AgentSessionRepository(Repository):
         agent_session_id: str | None = None,
         status: AgentSessionStatus = AgentSessionStatus.ACTIVE,
         now: datetime | None = None,
+        agent_name: str | None = None,
     ) -> ConversationAgentSession:
         """A new open session row for the conversation.
 
@@ -79,6 +80,7 @@ class AgentSessionRepository(Repository):
             status=status.value,
             created_at=now,
             last_interaction_at=now,
+            agent_name=agent_name,
         )
         async with _savepoint(self.session):
             self.session.add(row)
@@ -143,6 +145,13 @@ class AgentSessionRepository(Repository):
                 agent_session_id=agent_session_id,
                 last_interaction_at=utcnow(),
             )
+
+    async def set_a2a_task_id(self, row_id: str, task_id: str) -> None:
+        """The A2A task the conversation's last message started (an answer continues it)."""
+        await self.session.execute(
+            update(ConversationAgentSession).where(ConversationAgentSession.id == row_id)
+            .values(a2a_task_id=task_id).execution_options(synchronize_session=False)
+        )
 
     async def touch(self, row_id: str, *, now: datetime | None = None) -> ConversationAgentSession | None:
         return await self._update(ConversationAgentSession.id == row_id, last_interaction_at=now or utcnow())

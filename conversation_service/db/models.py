@@ -4,8 +4,9 @@ The schema is owned by the Alembic revisions in ``migrations/conversation``: ``c
 conversations, messages, conversation_frames), ``c0002`` (agent integration, which extends the
 chat schema without replacing it), ``c0003`` (crash safety: reserved frame seqs, leased turns),
 ``c0004`` (dead-letter replays), ``c0006`` (``conversations.deleted_at``) and ``c0007_reply_control``
-(stopped and replaced replies), ``c0009_auth_sessions`` (the page's sign-in sessions). These models mirror
-those revisions; a test compares them.
+(stopped and replaced replies), ``c0009_auth_sessions`` (the page's sign-in sessions) and
+``c0010_a2a_agents`` (an A2A agent as a conversation's agent). These models mirror those revisions; a
+test compares them.
 
 Relationships are ``lazy="raise"``: a hidden lazy load would block the event loop on an async
 session, so every relationship a query needs is loaded explicitly (``selectinload``) or not at all.
@@ -210,6 +211,11 @@ class ConversationAgentSession(Base):
     # Highest Agent Service event seq consumed: the Last-Event-ID to resume the stream from.
     last_event_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     pending_question_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH))
+    # c0010: the A2A agent (its name in A2A_AGENTS) the conversation talks to; null: the Agent Service.
+    # For an A2A agent ``agent_session_id`` is the A2A contextId, and ``a2a_task_id`` the task of the
+    # last message (an answer continues it, a stop cancels it, a takeover subscribes to it).
+    agent_name: Mapped[str | None] = mapped_column(String(32))
+    a2a_task_id: Mapped[str | None] = mapped_column(String(EXTERNAL_ID_LENGTH))
 
     conversation: Mapped[Conversation] = relationship(lazy="raise")
 

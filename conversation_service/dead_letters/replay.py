@@ -68,6 +68,7 @@ class _Claimed:
     text: str
     at: datetime
     linked: str | None = None  # the trace of the message's first delegation: the replay links to it
+    agent: str | None = None  # the A2A agent the letter's request went to (None: the Agent Service)
 
 
 def replay_refusal(letter: DeadLetter) -> str | None:
@@ -125,12 +126,15 @@ class DeadLetterReplayer:
             if not await letters.claim_replay(letter_id, now):
                 raise Conflict("this dead letter is being replayed by another request")
             text = letter.payload["message"]
+            metadata = letter.payload.get("metadata")
+            agent = metadata.get("agent") if isinstance(metadata, dict) else None
         log.info("replaying a dead letter", extra={"dead_letter_id": letter_id, "message_id": message.id})
-        return _Claimed(conversation, message, text, now, linked)
+        return _Claimed(conversation, message, text, now, linked, agent if isinstance(agent, str) else None)
 
     async def _run(self, letter_id: str, claimed: _Claimed) -> ReplayResult:
         turn = self._delegation.run(
-            claimed.conversation, claimed.message, TurnRequest(text=claimed.text, route_reason=ROUTE_REASON)
+            claimed.conversation, claimed.message, TurnRequest(text=claimed.text, route_reason=ROUTE_REASON,
+                                                                agent=claimed.agent)
         )
         try:
             outcome = await self._leases.hold(claimed.message.id, turn, linked=claimed.linked)

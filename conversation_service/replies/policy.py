@@ -80,6 +80,10 @@ AGENT_ERROR_TEXT = {
     "INTERRUPTED": "The agent was interrupted by a restart. Please send your message again.",
     "QUESTION_EXPIRED": "Agent question expired, starting fresh conversation",
     "STORAGE_UNAVAILABLE": "The agent could not save its work (its database was unavailable). Please try again.",
+    # An A2A agent's task ended FAILED, REJECTED or AUTH_REQUIRED (``a2a_agents.fold``).
+    "A2A_FAILED": "The agent could not complete this request. Please try again.",
+    "A2A_REJECTED": "The agent declined this request.",
+    "A2A_AUTH_REQUIRED": "The agent needs a sign-in that this chat cannot give it.",
 }
 DEFAULT_AGENT_ERROR_TEXT = "The agent ran into a problem and could not answer. Please try again."
 # The run's ERROR code when it was cancelled: on this side, only the user's stop cancels runs.

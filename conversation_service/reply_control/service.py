@@ -1,9 +1,9 @@
 """``ReplyControl``: stop a reply while it streams; answer a user message again (regenerate, retry).
 
 Stop works whichever replica streams the reply: the request is stored on the turn's row first.
-An agent reply is stopped at its source, the Agent Service's run (its cancel ends the run with
-ERROR ``CANCELLED``, which the ``AgentEventProcessor`` of the replica following it ends as
-``stopped``). A direct reply's stream is a task of the replica that runs it: stopped at once when
+An agent reply is stopped at its source: the Agent Service's run (its cancel ends the run with
+ERROR ``CANCELLED``) or an A2A agent's task (``CancelTask``: it ends CANCELED), whose end the
+``AgentEventProcessor`` of the replica following it ends as ``stopped``. A direct reply's stream is a task of the replica that runs it: stopped at once when
 that is this one (``ReplyStops``), else by the owner's next lease renewal, which reads the flag.
 
 Regenerate replaces the last answer rather than adding a second one: a chat user who asks for
@@ -21,7 +21,9 @@ from collections.abc import Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from conversation_service.agent_client import AgentConflictError, AgentServiceClient, AgentServiceError
+from conversation_service.agent_client import AgentServiceError
+from conversation_service.agent_delegation.targets import AgentTargets
+from conversation_service.agent_sessions.repository import AgentSessionRepository
 from conversation_service.auth.tokens import AuthenticatedUser
 from conversation_service.conversations.service import get_owned_conversation
 from conversation_service.db.models import Message, MessageRole, MessageStatus, TurnStatus
@@ -47,14 +49,14 @@ _ENDED = (MessageStatus.COMPLETE.value, MessageStatus.ERROR.value, MessageStatus
 class ReplyControl:
     def __init__(
         self, sessionmaker: async_sessionmaker, publisher: FramePublisher, leases: TurnLeases,
-        messages: MessageService, client: AgentServiceClient, flush_frames: Callable[[], Awaitable[None]],
+        messages: MessageService, targets: AgentTargets, flush_frames: Callable[[], Awaitable[None]],
     ) -> None:
         self._flush_frames = flush_frames  # this replica's frames (and turn progress) not committed yet
         self._sessionmaker = sessionmaker
         self._publisher = publisher
         self._leases = leases
         self._messages = messages
-        self._client = client
+        self._targets = targets
 
     async def stop(self, user: AuthenticatedUser, conversation_id: str, message_id: str) -> StopAccepted:
         turn_id, agent_session_id = await self._streaming_reply(user, conversation_id, message_id)
@@ -93,10 +95,11 @@ class ReplyControl:
         raise NotFound("message not found")
 
     async def _cancel_run(self, agent_session_id: str) -> None:
+        """The Agent Service's cancel of the session's run, or ``CancelTask`` of the A2A agent's task."""
+        async with transaction(self._sessionmaker) as session:
+            row = await AgentSessionRepository(session).get_by_agent_session_id(agent_session_id)
         try:
-            await self._client.cancel(agent_session_id)
-        except AgentConflictError:
-            pass  # the run ended meanwhile: its own end reaches the page
+            await self._targets.cancel(row, agent_session_id)
         except AgentServiceError as exc:
             raise Unavailable("the agent could not be reached to stop the reply; try again") from exc
 

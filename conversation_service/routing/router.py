@@ -43,8 +43,11 @@ def _command_pattern(commands: list[str]) -> re.Pattern[str] | None:
 
 
 class MessageRouter:
-    def __init__(self, settings: RoutingSettings, *, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, settings: RoutingSettings, *, registry: CollectorRegistry | None = None,
+                 agent_names: frozenset[str] = frozenset()) -> None:
         self.settings = settings
+        # The A2A agents a user may name after the command (``/agent research ...``).
+        self._agent_names = agent_names
         self._keywords = _keyword_pattern(settings.keywords)
         self._command = _command_pattern(settings.commands)
         self._disabled_orgs = frozenset(settings.disabled_orgs)
@@ -77,6 +80,17 @@ class MessageRouter:
             if match is not None:
                 return True, text[match.end() :]
         return False, text
+
+    def parse(self, text: str) -> tuple[bool, str | None, str]:
+        """``(explicit, agent, rest)``: whether the message starts with /agent or @agent, the A2A agent
+        named right after it (None: none), and the text to send on without either."""
+        explicit, rest = self.strip_command(text)
+        if explicit and self._agent_names:
+            word, _, after = rest.partition(" ")
+            name = word.rstrip(":,;").lower()
+            if name in self._agent_names:
+                return True, name, after.lstrip()
+        return explicit, None, rest
 
     def mentions_intent(self, text: str) -> bool:
         return (
@@ -120,12 +134,13 @@ class MessageRouter:
         has_active_session: bool,
         agent_available: AgentAvailability,
     ) -> RouteDecision:
-        explicit, message = self.strip_command(text)
+        explicit, agent, message = self.parse(text)
         s = self.settings
 
         def direct(reason: RouteReason, notice: str | None = None) -> RouteDecision:
             return RouteDecision(
-                target=RouteTarget.DIRECT, reason=reason, message=message, notice=notice, explicit=explicit
+                target=RouteTarget.DIRECT, reason=reason, message=message, notice=notice, explicit=explicit,
+                agent=agent,
             )
 
         # A user who typed /agent is told why the agent did not answer; others see nothing.
@@ -149,7 +164,7 @@ class MessageRouter:
         available = agent_available() if callable(agent_available) else agent_available
         if not available:
             return direct(RouteReason.AGENT_UNAVAILABLE, s.fallback_notice)
-        return RouteDecision(target=RouteTarget.AGENT, reason=wanted, message=message, explicit=explicit)
+        return RouteDecision(target=RouteTarget.AGENT, reason=wanted, message=message, explicit=explicit, agent=agent)
 
 
 _WANTED = (RouteReason.EXPLICIT_COMMAND, RouteReason.ACTIVE_SESSION, RouteReason.INTENT_KEYWORD)

@@ -40,3 +40,5 @@ class RouteDecision(BaseModel):
     notice: str | None = None
     # Whether the user asked for the agent explicitly, whatever the outcome.
     explicit: bool = False
+    # The A2A agent the user named (``/agent <name> ...``), whose name ``message`` no longer holds.
+    agent: str | None = None

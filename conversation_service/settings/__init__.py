@@ -12,6 +12,7 @@ from functools import cached_property
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from conversation_service.settings.a2a_agents import A2AAgentsSettings
 from conversation_service.settings.auth import ChatOIDCSettings, WebSessionSettings
 from conversation_service.settings.delegation import DelegationSettings
 from conversation_service.settings.history import HistorySettings
@@ -130,6 +131,8 @@ class ConversationSettings(BaseSettings):
     # rollback switch, is ``routing.enabled``).
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     delegation: DelegationSettings = Field(default_factory=DelegationSettings)
+    # A2A_AGENTS, A2A_DEFAULT_AGENT, A2A_ORG_AGENTS: A2A agents the chat may delegate to.
+    a2a: A2AAgentsSettings = Field(default_factory=A2AAgentsSettings)
     history: HistorySettings = Field(default_factory=HistorySettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     # The Agent Service's rate limits, read from the same AGENT_SERVICE_RATE_LIMIT_* variables:

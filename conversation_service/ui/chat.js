@@ -74,7 +74,7 @@ export class ChatView {
     const known = this.messages.has(msg.id);
     const view = this.message(msg.id, msg.role);
     view.setTime(msg.created_at);
-    view.setPath(meta.path);
+    view.setPath(meta.path, meta.agent);
     if (meta.tools && typeof meta.tools === "object") {
       for (const [callId, t] of Object.entries(meta.tools)) {
         if (!t || typeof t !== "object") continue;

@@ -140,11 +140,14 @@ export class MessageView {
     this.controls.append(node);
   }
 
-  // Answers of the agent are labelled as its own; direct answers of the model as the assistant's.
-  setPath(path) {
+  // Answers of the agent are labelled as its own, with the name of the A2A agent that gave them
+  // (``agent``, from its configuration); direct answers of the model as the assistant's.
+  setPath(path, agent) {
     if (typeof path !== "string" || this.role !== "assistant") return;
     this.li.dataset.path = path;
-    this.who.textContent = path === "agent" ? "Agent" : LABEL.assistant;
+    const named = path === "agent" && typeof agent === "string" && agent !== "";
+    if (named) this.li.dataset.agent = agent;
+    this.who.textContent = path !== "agent" ? LABEL.assistant : named ? `Agent · ${agent}` : "Agent";
   }
 
   setTime(iso) {

@@ -21,6 +21,7 @@ from agent_service.settings import AgentServiceSettings
 from conversation_service.app import create_app as create_chat_app
 from conversation_service.auth.tokens import issue_token
 from conversation_service.settings import ConversationSettings
+from conversation_service.settings.a2a_agents import A2AAgentsSettings
 from conversation_service.settings.delegation import DelegationSettings
 from conversation_service.websocket.protocol import server_options
 from shared.llm.builtin import BuiltinProvider
@@ -101,14 +102,15 @@ async def chat_stack(
     agent_chunk_delay: float = 0.005,
     agent_down: bool = False,
     agent_overrides: dict | None = None,
+    a2a: A2AAgentsSettings | None = None,
 ) -> AsyncIterator[ChatStack]:
     """The Agent Service and a ConversationService delegating to it, each with its SQLite file.
 
     ``agent_down``: the ConversationService points at a port nobody listens on. ``agent_overrides``:
-    more Agent Service settings.
+    more Agent Service settings. ``a2a``: the A2A agents the chat may delegate to.
     """
     if agent_down:
-        async with _chat_service(tmp_path, f"http://127.0.0.1:{free_port()}", profile, delegation) as stack:
+        async with _chat_service(tmp_path, f"http://127.0.0.1:{free_port()}", profile, delegation, a2a) as stack:
             yield stack
         return
     agent_settings = AgentServiceSettings(
@@ -124,14 +126,14 @@ async def chat_stack(
     )
     async with (
         serve_app(agent_app) as agent_url,
-        _chat_service(tmp_path, agent_url, profile, delegation) as stack,
+        _chat_service(tmp_path, agent_url, profile, delegation, a2a) as stack,
     ):
         yield stack
 
 
 @asynccontextmanager
 async def _chat_service(
-    tmp_path: Path, agent_url: str, profile: str, delegation: dict | None
+    tmp_path: Path, agent_url: str, profile: str, delegation: dict | None, a2a: A2AAgentsSettings | None = None,
 ) -> AsyncIterator[ChatStack]:
     chat_settings = ConversationSettings(
         conversation_database_url=f"sqlite+aiosqlite:///{tmp_path}/chat.db",
@@ -141,6 +143,7 @@ async def _chat_service(
         agent_service_url=agent_url,
         agent_service_api_key=AGENT_KEY,
         delegation=DelegationSettings(**{**FAST, "agent_profile_name": profile, **(delegation or {})}),
+        a2a=a2a or A2AAgentsSettings(),
     )
     app = create_chat_app(chat_settings)
     async with serve_app(app, **server_options(chat_settings)) as url, httpx.AsyncClient(timeout=30) as http:

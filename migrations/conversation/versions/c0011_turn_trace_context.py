@@ -1,7 +1,7 @@
 """turns.traceparent: the trace context of the message a turn answers
 
 Revision ID: c0011_turn_trace_context
-Revises: c0009_auth_sessions
+Revises: c0010_a2a_agents
 Create Date: 2026-11-28
 
 Stored in the transaction that accepts the message, so a turn taken over by another replica, or
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "c0011_turn_trace_context"
-down_revision = "c0009_auth_sessions"
+down_revision = "c0010_a2a_agents"
 branch_labels = None
 depends_on = None
 

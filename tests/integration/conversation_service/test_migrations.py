@@ -19,6 +19,7 @@ SIGN_IN = {"auth_sessions"}
 HEAD = "c0011_turn_trace_context"
 # Columns each revision after c0002 adds, newest first: a downgrade past it removes them.
 ADDED_COLUMNS = [
+    ("c0010_a2a_agents", "conversation_agent_sessions", {"agent_name", "a2a_task_id"}),
     ("c0008_seq_without_redis", "conversations", {"seq_without_redis"}),
     ("c0007_reply_control", "turns", {"stop_requested_at"}),
     ("c0006", "conversations", {"deleted_at"}),

@@ -22,9 +22,9 @@ def _count_claims(stack) -> list[str]:
     claim = delegation._claim_session
     claims: list[str] = []
 
-    async def counted(conversation_id, user_message):
+    async def counted(conversation, user_message, request):
         claims.append(user_message.content)
-        return await claim(conversation_id, user_message)
+        return await claim(conversation, user_message, request)
 
     delegation._claim_session = counted
     return claims

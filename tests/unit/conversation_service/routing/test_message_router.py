@@ -234,3 +234,20 @@ def test_decisions_take_well_under_a_millisecond() -> None:
     timings.sort()
     p99 = timings[int(len(timings) * 0.99)]
     assert p99 < 0.001, f"p99 {p99 * 1e6:.0f} µs"
+
+
+@pytest.mark.parametrize(
+    ("text", "agent", "message"),
+    [
+        ("/agent research find the Q3 report", "research", "find the Q3 report"),
+        ("@agent Research: find it", "research", "find it"),
+        ("/agent researcher find it", None, "researcher find it"),  # not a configured name
+        ("/agent find the Q3 report", None, "find the Q3 report"),
+        ("research find it", None, "research find it"),  # a name counts only after the command
+    ],
+)
+def test_a_configured_a2a_agent_is_named_after_the_command(text: str, agent: str | None, message: str) -> None:
+    router = MessageRouter(RoutingSettings(), agent_names=frozenset({"research", "planner"}))
+    decision = router.route(text)
+    assert (decision.agent, decision.message) == (agent, message)
+    assert router.parse(text) == (decision.explicit, agent, message)

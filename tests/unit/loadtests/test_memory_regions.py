@@ -1,0 +1,35 @@
+"""``resident_by_region``: a process's RSS split by kind of mapping, as the hour's report reads it."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import psutil
+import pytest
+
+from loadtests.memory_regions import resident_by_region
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/smaps is Linux's")
+
+
+def test_the_regions_add_up_to_the_rss_and_small_objects_land_in_anonymous_mappings() -> None:
+    before = resident_by_region(os.getpid())
+    assert before is not None
+    total_kib = sum(before.values())
+    rss_kib = psutil.Process().memory_info().rss / 1024
+    assert abs(total_kib - rss_kib) < 0.05 * rss_kib  # the same pages, read a moment apart
+    assert before["files_kib"] > 0  # the interpreter and its libraries
+    # About 30 MiB of small Python objects: CPython's arenas are anonymous mappings, not glibc's main heap.
+    held = [(i, i) for i in range(350_000)]
+    after = resident_by_region(os.getpid())
+    assert after is not None
+    assert after["anonymous_kib"] - before["anonymous_kib"] > 16 * 1024
+    assert after["brk_heap_kib"] - before["brk_heap_kib"] < 8 * 1024
+    del held
+
+
+def test_a_process_that_is_gone_has_no_regions() -> None:
+    gone = psutil.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert resident_by_region(gone.pid) is None
