@@ -14,7 +14,9 @@ import websockets
 from tests.integration.conversation_service.auth.support import chat_with_provider
 from tests.integration.conversation_service.support import recv_frame, ws_url
 
-LIFETIME_S = 2
+# Long enough that a loaded machine still connects before expiry; the token is signed only once the
+# conversation exists, so the round trip to the provider does not eat into it.
+LIFETIME_S = 4
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +38,8 @@ def _short_lived(provider, user: str = "alice") -> tuple[str, int]:
 
 
 async def test_a_socket_is_told_and_closed_when_its_token_expires(provider, chat: str) -> None:
-    token, expires_at = _short_lived(provider)
     conversation = await _conversation(chat, await provider.user_token())
+    token, expires_at = _short_lived(provider)
     async with websockets.connect(ws_url(chat, conversation), additional_headers={"Authorization": f"Bearer {token}"}
                                   ) as ws:
         notice = await recv_frame(ws)
@@ -49,8 +51,8 @@ async def test_a_socket_is_told_and_closed_when_its_token_expires(provider, chat
 
 
 async def test_a_new_token_in_band_keeps_the_socket_open(provider, chat: str) -> None:
+    conversation = await _conversation(chat, await provider.user_token())
     token, expires_at = _short_lived(provider)
-    conversation = await _conversation(chat, token)
     async with websockets.connect(ws_url(chat, conversation)) as ws:
         await ws.send(json.dumps({"type": "auth", "token": token}))
         assert (await recv_frame(ws))["type"] == "auth.expiring"
