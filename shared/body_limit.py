@@ -30,6 +30,9 @@ class _TooLarge(Exception):
 
 
 class BodySizeLimitMiddleware:
+    # Its send wrapper acts on http.response.start only: streamed bodies may skip it (shared.fastpath.direct_body).
+    START_ONLY = True
+
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes

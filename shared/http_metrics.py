@@ -58,6 +58,9 @@ def route_template(scope: Scope) -> str:
 
 
 class HttpMetricsMiddleware:
+    # Its send wrapper acts on http.response.start only: streamed bodies may skip it (shared.fastpath.direct_body).
+    START_ONLY = True
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 

@@ -86,6 +86,8 @@ class RequestIdMiddleware:
     Pure ASGI rather than ``BaseHTTPMiddleware`` so streaming responses are not buffered and
     WebSockets pass through.
     """
+    # Its send wrapper acts on http.response.start only: streamed bodies may skip it (shared.fastpath.direct_body).
+    START_ONLY = True
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -219,6 +219,8 @@ def serve_workers(
 class WorkerHeaderMiddleware:
     """Under ``--workers N``: every answer says which worker gave it (``X-Worker: 1..N``), so an
     operator (and the tests) can see requests spread over the workers. The number, not the pid."""
+    # Its send wrapper acts on http.response.start only: streamed bodies may skip it (shared.fastpath.direct_body).
+    START_ONLY = True
 
     def __init__(self, app: Any, worker: str) -> None:
         self.app = app

@@ -8,42 +8,32 @@ message per event, so that is paid per event. ``DirectBodyMiddleware``, added ou
 ``send`` it was given in the scope; a streaming response sends its start message through the chain
 as usual and its body messages with the function ``body_send`` returns.
 
-The shortcut is taken only while every middleware added to the application is one of
-``START_ONLY``: one that would need to see body messages (compression, a body rewriter) turns it
-off for the whole application, and ``body_send`` then returns the ``send`` it was given.
+The shortcut is taken only while every middleware added to the application declares
+``START_ONLY = True`` on its class (read its ``send`` wrapper before declaring it): one that would
+need to see body messages (compression, a body rewriter, anything from a library) turns it off for
+the whole application, and ``body_send`` then returns the ``send`` it was given. The declaration
+lives on each middleware, so this module imports none of them.
 """
 
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shared.body_limit import BodySizeLimitMiddleware
-from shared.http_metrics import HttpMetricsMiddleware
-from shared.logging import RequestIdMiddleware
-from shared.tracing.asgi import TracingMiddleware
-from shared.workers import WorkerHeaderMiddleware
-
-__all__ = ["START_ONLY", "DirectBodyMiddleware", "body_send"]
+__all__ = ["DirectBodyMiddleware", "body_send"]
 
 _SCOPE_KEY = "taskforce.direct_body_send"
-
-# Middlewares whose ``send`` wrapper acts on ``http.response.start`` alone (read each one before
-# adding it here): body messages may skip them.
-# ``TracingMiddleware`` counts the body messages by replacing the recorded send with a counter of its
-# own (only when tracing is on): they still skip every wrapper.
-START_ONLY: frozenset[type] = frozenset({
-    BodySizeLimitMiddleware, HttpMetricsMiddleware, RequestIdMiddleware, TracingMiddleware, WorkerHeaderMiddleware,
-})
 
 
 def _all_start_only(app: object) -> bool:
     return all(
-        getattr(entry, "cls", None) in START_ONLY or getattr(entry, "cls", None) is DirectBodyMiddleware
+        getattr(getattr(entry, "cls", None), "START_ONLY", False) is True
         for entry in getattr(app, "user_middleware", [None])
     )
 
 
 class DirectBodyMiddleware:
+    START_ONLY = True
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self._enabled: bool | None = None  # decided on the first request, once the stack is built

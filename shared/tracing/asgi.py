@@ -65,6 +65,10 @@ class _BodyCount:
 
 
 class TracingMiddleware:
+    # It counts body messages by replacing the send recorded by shared.fastpath.direct_body with a counter of
+    # its own (only when tracing is on), so streamed bodies still skip every wrapper.
+    START_ONLY = True
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 

@@ -117,15 +117,7 @@ def _closing_path(start: str, part: set[str], edges: dict[str, set[str]]) -> lis
     raise AssertionError(f"{start} is in a loop it cannot close")
 
 
-# shared: fastpath/direct_body.py names TracingMiddleware among the start-only middlewares, tracing/genai.py
-# wraps LLM providers, and the LLM providers use fastpath's aiohttp transport. A known loop, to be cut
-# (strict: once it is, this mark fails and goes).
-_SHARED_LOOP = pytest.mark.xfail(strict=True, reason="fastpath -> tracing -> llm -> fastpath")
-
-
-@pytest.mark.parametrize("package", [
-    package if package != "shared" else pytest.param(package, marks=_SHARED_LOOP) for package in PACKAGES
-])
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_loop_between_the_parts_of_a_package(package: str) -> None:
     """Sibling packages and top-level modules (``deps``, ``settings``, ``lifespan``...) of a service, and of
     ``shared``: no loop of any length (a imports b imports c imports a) between them."""
