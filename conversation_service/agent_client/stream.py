@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from types import TracebackType
-from typing import Self
 
 import httpx
 import orjson
@@ -34,7 +32,7 @@ from conversation_service.agent_client.errors import (
     AgentStreamError,
     AgentTimeoutError,
 )
-from conversation_service.agent_client.retry import RetryEvent, call_with_retries, reconnect_delay, within
+from conversation_service.agent_client.resumable import ResumableStream
 from shared.protocol import (
     EVENT_DATA_MODELS,
     TERMINAL_SESSION_STATUSES,
@@ -68,7 +66,7 @@ def decode_event(sse: ServerSentEvent) -> EventEnvelope:
     return envelope
 
 
-class AgentEventStream:
+class AgentEventStream(ResumableStream):
     """Async iterator of :class:`EventEnvelope`.
 
     An execute's stream ends with its run's terminal event (COMPLETE, ERROR or ASK_USER); a
@@ -79,10 +77,15 @@ class AgentEventStream:
     for its first event, so ``session_id`` is known right after. Iterating without ``async with``
     works too and closes the connection when the stream ends or fails.
 
-    Observable for metrics: ``retries`` (tries repeated before the stream started), ``reconnects``
-    (resumptions after it broke), ``duplicates_dropped``, ``unknown_events_skipped``, ``seqs_skipped``
-    (numbers of the holes a crashed run left).
+    Its lifetime (start, time limit, reconnects, close) is :class:`ResumableStream`'s. Observable
+    for metrics: ``retries`` (tries repeated before the stream started), ``reconnects`` (resumptions
+    after it broke), ``duplicates_dropped``, ``unknown_events_skipped``, ``seqs_skipped`` (numbers of
+    the holes a crashed run left).
     """
+
+    _name = "the event stream"
+    _late = "the Agent Service did not send events in time"
+    _connection: SSEConnection | None
 
     def __init__(
         self,
@@ -95,9 +98,8 @@ class AgentEventStream:
         idempotency_key: str | None = None,
         end_on_terminal: bool = True,
     ) -> None:
+        super().__init__(connection.config, operation=operation, sleep=connection.sleep, hooks=connection.hooks)
         self._agent = connection
-        self._config = connection.config
-        self._operation = operation
         self._open_request = open_request
         self.session_id = session_id
         self.run_id: str | None = None
@@ -106,21 +108,12 @@ class AgentEventStream:
         # An execute streams one run, so its terminal event ends the stream. A session's event log
         # can hold several runs; that stream ends when the service closes it with nothing left.
         self._end_on_terminal = end_on_terminal
-        self.retries = 0
-        self.reconnects = 0
         self.duplicates_dropped = 0
         self.unknown_events_skipped = 0
         self.seqs_skipped = 0
         self.events_received = 0
         self.terminal_event: EventEnvelope | None = None
-        self._connection: SSEConnection | None = None
         self._first: EventEnvelope | None = None
-        self._started = False
-        self._finished = False
-        self._deadline: float | None = None
-        self._failed_reconnects = 0
-        # When the stream broke and has not delivered an event since (None: it is fine).
-        self._broken_since: float | None = None
 
     def __repr__(self) -> str:
         return (
@@ -128,74 +121,26 @@ class AgentEventStream:
             f" retries={self.retries} reconnects={self.reconnects}>"
         )
 
-    @property
-    def finished(self) -> bool:
-        return self._finished
+    # -- opening ----------------------------------------------------------------------------
 
-    # -- lifetime ---------------------------------------------------------------------------
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        self._finished = True
-        await self._drop_connection()
-
-    async def start(self) -> None:
-        """Open the stream and wait for its first event (retrying by category until then)."""
-        if self._started:
-            return
-        self._started = True
-        loop = asyncio.get_running_loop()
-        if self._config.stream_timeout is not None:
-            self._deadline = loop.time() + self._config.stream_timeout
-        try:
-            self._first = await call_with_retries(
-                self._operation,
-                self._first_event_attempt,
-                config=self._config,
-                sleep=self._agent.sleep,
-                on_retry=self._count_retry,
-            )
-        except BaseException:
-            await self.aclose()
-            raise
-        if self._first is None:
-            # Nothing left to stream: the session had already finished and we had everything.
-            await self.aclose()
-
-    def _count_retry(self, event: RetryEvent) -> None:
-        self.retries += 1
-        if self._agent.hooks.on_retry is not None:
-            self._agent.hooks.on_retry(event)
-
-    async def _first_event_attempt(self) -> EventEnvelope | None:
-        await self._drop_connection()
-        loop = asyncio.get_running_loop()
-        first_deadline = loop.time() + self._config.request_timeout
-        if self._deadline is not None:
-            first_deadline = min(first_deadline, self._deadline)
+    async def _open(self, deadline: float) -> None:
         if self._open_request is not None:
             request = self._open_request()
         else:
             assert self.session_id is not None
             request = self._agent.events_request(self.session_id, self.last_seq)
-        self._connection = await self._within(first_deadline, self._agent.open_stream(request, self._deadline))
+        self._connection = await self._within(deadline, self._agent.open_stream(request, self._deadline))
         while True:
-            sse = await self._within(first_deadline, self._connection.next_event())
+            sse = await self._within(deadline, self._connection.next_event())
             if sse is None:
                 if await self._caught_up():
-                    return None
+                    # Nothing left to stream: the session had already finished and we had everything.
+                    await self.aclose()
+                    return
                 raise AgentStreamError("the event stream ended before its first event", retryable=True)
-            envelope = self._accept(sse)
-            if envelope is not None:
-                return envelope
+            self._first = self._accept(sse)
+            if self._first is not None:
+                return
 
     # -- iteration --------------------------------------------------------------------------
 
@@ -257,63 +202,28 @@ class AgentEventStream:
                 self._failed_reconnects, self._broken_since = 0, None
                 return envelope
 
-    async def _reconnect(self, cause: AgentServiceError) -> None:
-        """Resume with ``Last-Event-ID``, backing off; gives up once the configured delays are spent
-        and the stream has been broken for ``resume_budget``."""
-        await self._drop_connection()
-        loop = asyncio.get_running_loop()
-        if self._broken_since is None:
-            self._broken_since = loop.time()
-        while True:
-            delay = self._next_reconnect_delay(loop.time())
-            if delay is None:
-                raise AgentStreamError(
-                    f"the event stream broke and {self._failed_reconnects} reconnects failed "
-                    f"({type(cause).__name__})"
-                ) from cause
-            self._failed_reconnects += 1
-            if self._deadline is not None and loop.time() + delay >= self._deadline:
-                raise AgentTimeoutError("the event stream exceeded its time limit") from cause
-            self.reconnects += 1
-            event = RetryEvent(f"{self._operation}:reconnect", self._failed_reconnects, delay, cause)
-            logger.warning(
-                "agent event stream broke, reconnecting",
-                extra={
-                    "agent_session_id": self.session_id,
-                    "last_seq": self.last_seq,
-                    "attempt": self._failed_reconnects,
-                    "delay_s": delay,
-                    "error_type": type(cause).__name__,
-                },
-            )
-            if self._agent.hooks.on_reconnect is not None:
-                self._agent.hooks.on_reconnect(event)
-            await self._agent.sleep(delay)
-            try:
-                request = self._agent.events_request(self.session_id, self.last_seq)
-                # The answer's headers within the idle timeout (the stream's requests have no
-                # read timeout of httpx's, see _open_stream) and the stream's own deadline.
-                open_deadline = loop.time() + self._config.read_timeout
-                if self._deadline is not None:
-                    open_deadline = min(open_deadline, self._deadline)
-                self._connection = await self._within(
-                    open_deadline, self._agent.open_stream(request, self._deadline)
-                )
-                return
-            except AgentServiceError as exc:
-                # A slow or failed reconnect is one more failed attempt; a refusal (404, 401...) is final.
-                expired = self._deadline is not None and loop.time() >= self._deadline
-                worth_retrying = exc.retryable or isinstance(exc, AgentTimeoutError)
-                if expired or isinstance(exc, AgentProtocolError) or not worth_retrying:
-                    raise
-                cause = exc
+    # -- resuming ---------------------------------------------------------------------------
 
-    def _next_reconnect_delay(self, now: float) -> float | None:
-        """The pause before the next reconnect, or None: give up."""
-        if self.session_id is None:
-            return None
-        broken_for = now - (self._broken_since if self._broken_since is not None else now)
-        return reconnect_delay(self._config, self._failed_reconnects, broken_for)
+    @property
+    def _resumable(self) -> bool:
+        return self.session_id is not None
+
+    async def _reopen(self, deadline: float) -> SSEConnection:
+        """Resume with ``Last-Event-ID``."""
+        request = self._agent.events_request(self.session_id, self.last_seq)
+        return await self._within(deadline, self._agent.open_stream(request, self._deadline))
+
+    def _reconnecting(self, delay: float, cause: AgentServiceError) -> None:
+        logger.warning(
+            "agent event stream broke, reconnecting",
+            extra={
+                "agent_session_id": self.session_id,
+                "last_seq": self.last_seq,
+                "attempt": self._failed_reconnects,
+                "delay_s": delay,
+                "error_type": type(cause).__name__,
+            },
+        )
 
     async def _caught_up(self) -> bool:
         """After a clean end without a terminal event: is there really nothing more to read?"""
@@ -379,13 +289,3 @@ class AgentEventStream:
                 )
         self.last_seq = seq
         return True
-
-    # -- helpers ----------------------------------------------------------------------------
-
-    async def _within(self, deadline: float | None, awaitable):
-        return await within(deadline, awaitable, "the Agent Service did not send events in time")
-
-    async def _drop_connection(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            await connection.aclose()

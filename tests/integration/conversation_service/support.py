@@ -8,6 +8,9 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from itertools import accumulate
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,9 +19,21 @@ import websockets
 
 from conversation_service.app import create_app
 from conversation_service.auth.tokens import issue_token
-from conversation_service.realtime.frames import MessageDelta
+from conversation_service.db import migrate
+from conversation_service.db.models import (
+    Conversation,
+    ConversationAgentSession,
+    Message,
+    Turn,
+    TurnStatus,
+    utcnow,
+)
+from conversation_service.realtime.frames import Frame, MessageDelta
+from conversation_service.realtime.repository import FrameRepository
 from conversation_service.settings import ConversationSettings
 from conversation_service.websocket.protocol import server_options
+from shared.db import create_engine, create_sessionmaker
+from shared.transactions import transaction
 from tests.support.servers import serve_app
 
 SECRET = "test-secret-for-the-conversation-service-0123456789"
@@ -212,3 +227,83 @@ async def publish_until_write_waits(publisher, cid: str, fast: Reader, fast_conn
         if stuck_conn.last_sent < frame.seq:
             return published
         await fast.wait_for(1 + published, timeout=10)
+
+
+# -- a replica that died mid-turn, and the one that takes its turn over -----------------------------
+
+
+@dataclass(frozen=True)
+class FollowedTask:
+    """The A2A task a turn was following."""
+
+    agent: str
+    task_id: str
+    context_id: str
+
+
+async def died_mid_turn(database_url: str, *, kind: str | None, reply: tuple[str, str] | None, deltas: list[str],
+                        text: str = "hello", task: FollowedTask | None = None) -> dict[str, str]:
+    """What a replica that died mid-turn leaves: the user message (``text``), its expired turn, maybe the
+    reply row (status, content) and the frames of the reply it had stored; with ``task``, the agent
+    session of the A2A task the turn followed, whose events up to the last delta stored were shown."""
+    engine = create_engine(database_url)
+    await migrate.upgrade(engine)
+    try:
+        async with transaction(create_sessionmaker(engine)) as session:
+            conversation = Conversation(owner_id="alice", org_id="acme", title="t")
+            session.add(conversation)
+            await session.flush()
+            user = Message(conversation_id=conversation.id, role="user", content=text)
+            session.add(user)
+            await session.flush()
+            ids = {"cid": conversation.id, "user": user.id}
+            frames = [Frame("message.created", 1, conversation.id, {"id": user.id, "role": "user"})]
+            turn = Turn(id=user.id, conversation_id=conversation.id, kind=kind, status=TurnStatus.RUNNING.value,
+                        owner_id="replica-dead", lease_expires_at=utcnow() - timedelta(seconds=1))
+            metadata = {"path": "direct_llm", "in_reply_to": user.id}
+            if task is not None:
+                row = ConversationAgentSession(conversation_id=conversation.id, agent_session_id=task.context_id,
+                                               status="ACTIVE", agent_name=task.agent, a2a_task_id=task.task_id)
+                session.add(row)
+                await session.flush()
+                turn.agent_session_id, turn.agent_session_row_id = task.context_id, row.id
+                turn.last_agent_seq = len(deltas)
+                metadata = {"path": "agent", "in_reply_to": user.id, "agent": task.agent}
+            if reply is not None:
+                assistant = Message(conversation_id=conversation.id, role="assistant", status=reply[0],
+                                    content=reply[1], agent_session_id=task.context_id if task else None,
+                                    agent_metadata=metadata)
+                session.add(assistant)
+                await session.flush()
+                ids["reply"] = turn.assistant_message_id = assistant.id
+                frames.append(Frame("message.created", 2, conversation.id, {"id": assistant.id, "role": "assistant"}))
+                frames += [Frame("message.delta", 3 + i, conversation.id,
+                                 {"message_id": assistant.id, "text": delta, "offset": offset})
+                           for i, (delta, offset) in enumerate(zip(deltas, accumulate(map(len, deltas), initial=0)))]
+            session.add(turn)
+            await FrameRepository(session).insert_many(frames)
+            conversation.seq_reserved = 100  # the dead replica's block: seqs it may have shown live
+        return ids
+    finally:
+        await engine.dispose()
+
+
+@asynccontextmanager
+async def taking_over(
+    database_url: str, ids: dict[str, str], until, **settings: Any,
+) -> AsyncIterator[tuple[Any, list[dict]]]:
+    """A replica on the dead one's database (``died_mid_turn``), its sweep quick to find the expired
+    turn: its app, and the conversation's frames from the first to the one ``until`` accepts."""
+    settings = make_settings(database_url, turn_lease_s=2.0, turn_sweep_interval_s=0.2, **settings)
+    async with running(settings) as (base, app):
+        ws = await connect(base, ids["cid"], "alice", after_seq=0)
+        frames = await collect_until(ws, until, timeout=20.0)
+        await ws.close()
+        yield app, frames
+
+
+async def turn_and_reply(app, ids: dict[str, str]) -> tuple[Turn, Message | None]:
+    """The turn and its reply (None: ``died_mid_turn`` made none) as they are stored now."""
+    async with transaction(app.state.storage.sessionmaker) as session:
+        reply = await session.get(Message, ids["reply"]) if "reply" in ids else None
+        return await session.get(Turn, ids["user"]), reply

@@ -8,33 +8,31 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import select
 
-from conversation_service.db import migrate
 from conversation_service.db.models import (
-    Conversation,
     ConversationAgentSession,
     DeadLetter,
-    Message,
     MessageStatus,
-    Turn,
     TurnKind,
     TurnStatus,
-    utcnow,
 )
-from conversation_service.realtime.frames import Frame
-from conversation_service.realtime.repository import FrameRepository
 from conversation_service.resilience.breaker import BreakerState
 from conversation_service.settings.a2a_agents import A2AAgentConfig, A2AAgentsSettings
 from conversation_service.settings.routing import FALLBACK_NOTICE
-from shared.db import create_engine, create_sessionmaker
 from shared.transactions import transaction
-from tests.integration.conversation_service.support import auth, connect, make_settings, running
+from tests.integration.conversation_service.support import (
+    FollowedTask,
+    auth,
+    connect,
+    died_mid_turn,
+    taking_over,
+    turn_and_reply,
+)
 from tests.integration.delegation.stack import (
     AGENT_KEY,
     Stack,
@@ -87,6 +85,23 @@ def reply_of(frames: list[dict]) -> dict:
     return next(f["data"] for f in frames if f["type"] == "message.created" and f["data"]["role"] == "assistant")
 
 
+@asynccontextmanager
+async def chat_with_agent(database_url: str, *, name: str = "echo", serve: dict[str, Any] | None = None,
+                          **config: Any) -> AsyncIterator[tuple[A2ATestAgent, Stack, str, Any]]:
+    """An A2A agent (``serve``: how it runs) configured as ``name`` (``config``: the rest of its
+    configuration), the chat, a conversation of alice's and her WebSocket on it."""
+    async with (
+        a2a_agent(**(serve or {})) as agent,
+        chat_service(database_url, NOWHERE, a2a=agents({"name": name, "card_url": agent.card_url, **config})) as stack,
+    ):
+        cid = await stack.conversation()
+        ws = await connect(stack.chat_url, cid, "alice")
+        try:
+            yield agent, stack, cid, ws
+        finally:
+            await ws.close()
+
+
 @pytest.fixture
 def sqlite_chat(tmp_path) -> str:
     """The chat's database for the tests whose subject is the A2A side, not the storage (each of
@@ -103,20 +118,14 @@ async def test_the_http_json_binding_works_the_same(sqlite_chat):
 
 
 async def _streams_its_answer(database_url: str, binding: str) -> None:
-    async with (
-        a2a_agent(bearer=TOKEN) as agent,
-        chat_service(database_url, NOWHERE, a2a=agents(
-            {"name": "echo", "card_url": agent.card_url, "bearer_token": TOKEN, "binding": binding})) as stack,
-    ):
-        cid = await stack.conversation()
-        ws = await connect(stack.chat_url, cid, "alice")
+    async with chat_with_agent(database_url, serve={"bearer": TOKEN}, bearer_token=TOKEN,
+                               binding=binding) as (agent, stack, cid, ws):
         r = await stack.send(cid, "/agent echo hello there")
         assert r.status_code == 202 and r.json()["route"] == {"target": "agent", "reason": "explicit_command"}
         frames = await recv_until(ws, ended)
         # No name after /agent: the conversation's open session keeps it with the same agent.
         r = await stack.send(cid, "and again")
         follow_up = await recv_until(ws, ended)
-        await ws.close()
         rows = await sessions_of(stack, cid)
 
     reply = reply_of(frames)
@@ -136,20 +145,13 @@ async def _streams_its_answer(database_url: str, binding: str) -> None:
 
 
 async def test_an_input_required_task_is_answered_through_the_answer_endpoint(database_factory):
-    async with (
-        a2a_agent() as agent,
-        chat_service(await database_factory("chat"), NOWHERE,
-                     a2a=agents({"name": "echo", "card_url": agent.card_url})) as stack,
-    ):
-        cid = await stack.conversation()
-        ws = await connect(stack.chat_url, cid, "alice")
+    async with chat_with_agent(await database_factory("chat")) as (agent, stack, cid, ws):
         await stack.send(cid, "/agent echo ask me where to go")
         asked = await recv_until(ws, ended)
         question = frames_of(asked, "agent.ask_user")[0]["data"]
         r = await stack.answer(cid, question["question_id"], "Paris")
         assert r.status_code == 202, r.text
         answered = await recv_until(ws, ended)
-        await ws.close()
         [row] = await sessions_of(stack, cid)
 
     assert question["question"] == "Which city?"
@@ -195,13 +197,7 @@ async def test_a_stream_cut_mid_answer_is_resumed_without_missing_or_repeated_te
 
 
 async def test_stop_cancels_the_a2a_task(database_factory):
-    async with (
-        a2a_agent() as agent,
-        chat_service(await database_factory("chat"), NOWHERE,
-                     a2a=agents({"name": "echo", "card_url": agent.card_url})) as stack,
-    ):
-        cid = await stack.conversation()
-        ws = await connect(stack.chat_url, cid, "alice")
+    async with chat_with_agent(await database_factory("chat")) as (agent, stack, cid, ws):
         await stack.send(cid, "/agent echo slow 400")
         frames = await recv_until(ws, lambda f: f["type"] == "message.delta")
         reply = reply_of(frames)
@@ -209,7 +205,6 @@ async def test_stop_cancels_the_a2a_task(database_factory):
                                   headers=auth("alice"))
         assert r.status_code == 202, r.text
         frames += await recv_until(ws, ended)
-        await ws.close()
         [row] = await sessions_of(stack, cid)
 
     end = final_of(frames, reply["id"])["data"]
@@ -219,16 +214,10 @@ async def test_stop_cancels_the_a2a_task(database_factory):
 
 
 async def test_an_agent_that_declares_only_a2a_0_3_is_refused_with_a_clear_error(sqlite_chat):
-    async with (
-        a2a_agent(protocol_version="0.3") as agent,
-        chat_service(sqlite_chat, NOWHERE,
-                     a2a=agents({"name": "legacy", "card_url": agent.card_url})) as stack,
-    ):
-        cid = await stack.conversation()
-        ws = await connect(stack.chat_url, cid, "alice")
+    async with chat_with_agent(sqlite_chat, name="legacy",
+                               serve={"protocol_version": "0.3"}) as (agent, stack, cid, ws):
         await stack.send(cid, "/agent legacy hello")
         frames = await recv_until(ws, ended)
-        await ws.close()
         letters = await dead_letters(stack)
         breaker = stack.state.agent.targets.breaker("legacy")
 
@@ -317,25 +306,19 @@ async def test_the_agent_service_reached_through_its_a2a_server(database_factory
 
 
 async def test_a_wrong_credential_fails_the_reply_and_keeps_the_breaker_closed(sqlite_chat):
-    async with (
-        a2a_agent(bearer=TOKEN) as agent,
-        chat_service(sqlite_chat, NOWHERE, a2a=agents(
-            {"name": "echo", "card_url": agent.card_url, "bearer_token": "not-the-token"})) as stack,
-    ):
-        cid = await stack.conversation()
-        ws = await connect(stack.chat_url, cid, "alice")
+    async with chat_with_agent(sqlite_chat, serve={"bearer": TOKEN},
+                               bearer_token="not-the-token") as (agent, stack, cid, ws):
         await stack.send(cid, "/agent echo hello")
         frames = await recv_until(ws, ended)
-        await ws.close()
         breaker = stack.state.agent.targets.breaker("echo")
 
     assert frames_of(frames, "message.error")[0]["data"]["code"] == "AgentAuthError"
     assert breaker.state is BreakerState.CLOSED and not agent.log.texts
 
 
-async def _start_task_and_drop_it(agent: A2ATestAgent, words: int, keep: int) -> tuple[str, str, str]:
-    """Start ``slow <words>`` at the agent, read until ``keep`` chunks came, and hang up (as a replica
-    that dies does): the task's ids and the text read."""
+async def _start_task_and_drop_it(agent: A2ATestAgent, words: int, keep: int) -> tuple[FollowedTask, str]:
+    """Start ``slow <words>`` at the agent (configured as echo), read until ``keep`` chunks came, and
+    hang up (as a replica that dies does): the task and the text read."""
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {"message": {
         "messageId": "m-dead", "role": "ROLE_USER", "parts": [{"text": f"slow {words}"}]}}}
     text, ids = "", {}
@@ -352,60 +335,19 @@ async def _start_task_and_drop_it(agent: A2ATestAgent, words: int, keep: int) ->
                 keep -= 1
                 if keep == 0:
                     break
-    return ids["task"], ids["context"], text
-
-
-async def _died_mid_a2a_turn(database_url: str, task_id: str, context_id: str, shown: list[str]) -> dict[str, str]:
-    """What a chat replica that died while it streamed the A2A agent's answer leaves behind."""
-    engine = create_engine(database_url)
-    await migrate.upgrade(engine)
-    try:
-        async with transaction(create_sessionmaker(engine)) as session:
-            conversation = Conversation(owner_id="alice", org_id="acme", title="t")
-            session.add(conversation)
-            await session.flush()
-            user = Message(conversation_id=conversation.id, role="user", content="/agent echo slow")
-            session.add(user)
-            await session.flush()
-            row = ConversationAgentSession(conversation_id=conversation.id, agent_session_id=context_id,
-                                           status="ACTIVE", agent_name="echo", a2a_task_id=task_id)
-            reply = Message(conversation_id=conversation.id, role="assistant", status=MessageStatus.STREAMING.value,
-                            content="", agent_session_id=context_id,
-                            agent_metadata={"path": "agent", "in_reply_to": user.id, "agent": "echo"})
-            session.add_all([row, reply])
-            await session.flush()
-            frames = [Frame("message.created", 1, conversation.id, {"id": user.id, "role": "user"}),
-                      Frame("message.created", 2, conversation.id, {"id": reply.id, "role": "assistant"})]
-            offset = 0
-            for i, text in enumerate(shown):
-                frames.append(Frame("message.delta", 3 + i, conversation.id,
-                                    {"message_id": reply.id, "text": text, "offset": offset}))
-                offset += len(text)
-            session.add(Turn(id=user.id, conversation_id=conversation.id, kind=TurnKind.AGENT.value,
-                             status=TurnStatus.RUNNING.value, owner_id="replica-dead",
-                             lease_expires_at=utcnow() - timedelta(seconds=1), assistant_message_id=reply.id,
-                             agent_session_id=context_id, agent_session_row_id=row.id, last_agent_seq=len(shown)))
-            await FrameRepository(session).insert_many(frames)
-            conversation.seq_reserved = 100
-        return {"cid": conversation.id, "user": user.id, "reply": reply.id}
-    finally:
-        await engine.dispose()
+    return FollowedTask("echo", ids["task"], ids["context"]), text
 
 
 async def test_a_turn_taken_over_subscribes_to_the_task_and_sends_on_the_rest(database_url):
     async with a2a_agent() as agent:
-        task_id, context_id, read = await _start_task_and_drop_it(agent, 30, keep=3)
-        ids = await _died_mid_a2a_turn(database_url, task_id, context_id, ["w0 ", "w1 "])  # one chunk unstored
-        settings = make_settings(database_url, turn_lease_s=2.0, turn_sweep_interval_s=0.2,
-                                 a2a=agents({"name": "echo", "card_url": agent.card_url}))
-        async with running(settings) as (base, app):
-            ws = await connect(base, ids["cid"], "alice", after_seq=0)
-            frames = await recv_until(ws, lambda f: f["type"] == "message.completed")
-            await ws.close()
+        task, read = await _start_task_and_drop_it(agent, 30, keep=3)
+        ids = await died_mid_turn(database_url, kind=TurnKind.AGENT.value, text="/agent echo slow", task=task,
+                                  reply=(MessageStatus.STREAMING.value, ""),
+                                  deltas=["w0 ", "w1 "])  # one chunk unstored
+        async with taking_over(database_url, ids, lambda f: f["type"] == "message.completed",
+                               a2a=agents({"name": "echo", "card_url": agent.card_url})) as (app, frames):
             await app.state.tasks.join()  # the takeover marks the turn done once its end is out
-            async with transaction(app.state.storage.sessionmaker) as session:
-                message = await session.get(Message, ids["reply"])
-                turn = await session.get(Turn, ids["user"])
+            turn, message = await turn_and_reply(app, ids)
 
     expected = "".join(f"w{i} " for i in range(30))
     assert read == "w0 w1 w2 "
