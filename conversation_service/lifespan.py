@@ -52,7 +52,7 @@ from conversation_service.realtime.writer import FrameWriter
 from conversation_service.replies.ender import ReplyEnder
 from conversation_service.reply_control.service import ReplyControl
 from conversation_service.resilience.breaker import BreakerState, CircuitBreaker
-from conversation_service.resilience.breaker_metrics import BreakerCollector
+from conversation_service.resilience.breaker_metrics import A2AAgentBreakersCollector, BreakerCollector
 from conversation_service.resilience.health import AgentHealthMonitor
 from conversation_service.routing.router import MessageRouter
 from conversation_service.settings import ConversationSettings
@@ -302,6 +302,8 @@ def _breaker(settings: ConversationSettings, metrics: ConversationMetrics, agent
     def changed(new_state: BreakerState) -> None:
         if agent is None:
             metrics.agent.breaker_transitions[new_state.value].inc()
+        else:
+            metrics.agent.a2a_breaker_transitions.labels(agent=agent, state=new_state.value).inc()
         log.warning("agent circuit breaker changed", extra={"breaker_state": new_state.value, "a2a_agent": agent})
 
     delegation = settings.delegation
@@ -331,9 +333,11 @@ async def build_targets(
     a2a = {agent.name: A2ATarget(A2AAgentClient(agent, config, card_cache_s=settings.a2a.card_cache_s,
                                                 transport=transport()))
            for agent in settings.a2a.agents}
-    try:
-        yield AgentTargets(client, _breaker(settings, metrics), a2a, settings.a2a,
+    targets = AgentTargets(client, _breaker(settings, metrics), a2a, settings.a2a,
                            lambda name: _breaker(settings, metrics, name))
+    metrics.registry.register(A2AAgentBreakersCollector(targets.a2a_breakers))
+    try:
+        yield targets
     finally:
         for target in a2a.values():
             await target.client.aclose()

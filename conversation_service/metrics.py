@@ -125,6 +125,10 @@ class AgentMetrics:
         self.breaker_transitions = _labelled(Counter(
             "conversation_agent_breaker_transitions_total", "Circuit breaker state changes", ["state"], registry=r
         ), "state", ("closed", "open", "half_open"))
+        self.a2a_breaker_transitions = Counter(
+            "conversation_a2a_agent_breaker_transitions_total", "An A2A agent's circuit breaker state changes",
+            ["agent", "state"], registry=r,
+        )
         self.service_up = Gauge(
             "conversation_agent_service_up", "1 when the last Agent Service health check answered ok", registry=r
         )

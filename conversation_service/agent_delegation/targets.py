@@ -46,6 +46,10 @@ class AgentTargets:
             return open_agent if isinstance(open_agent, str) and open_agent in self._a2a else None
         return self._settings.agent_for(org_id)
 
+    @property
+    def a2a_breakers(self) -> Mapping[str, CircuitBreaker]:
+        return self._breakers
+
     def breaker(self, name: str | None) -> CircuitBreaker:
         return self._breakers.get(name, self._breaker)
 

@@ -244,6 +244,7 @@ async def test_an_agent_that_is_down_falls_back_to_the_direct_llm_then_opens_its
         await ws.close()
         letters = await dead_letters(stack)
         breakers = stack.state.agent.targets
+        metrics = (await stack.http.get(f"{stack.chat_url}/metrics")).text
 
     assert [f["data"]["text"] for f in frames_of(first, "notice")] == [FALLBACK_NOTICE]
     assert reply_of(first)["agent_metadata"]["fallback_from"] == "agent"
@@ -251,6 +252,10 @@ async def test_an_agent_that_is_down_falls_back_to_the_direct_llm_then_opens_its
     # One failure opened this agent's breaker: the next message went straight to the direct LLM.
     assert breakers.breaker("gone").state is BreakerState.OPEN
     assert breakers.breaker(None).state is BreakerState.CLOSED  # the Agent Service's is its own
+    # The operator sees it: the agent's own series, open (2), and its opening counted.
+    assert 'conversation_a2a_agent_breaker_state{agent="gone"} 2.0' in metrics
+    assert 'conversation_a2a_agent_breaker_transitions_total{agent="gone",state="open"} 1.0' in metrics
+    assert "conversation_agent_breaker_state 0.0" in metrics
     assert second_route == {"target": "direct_llm", "reason": "agent_unavailable"}
     assert [f["data"]["text"] for f in frames_of(second, "notice")] == [FALLBACK_NOTICE]
 
