@@ -75,8 +75,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the port, as the services' workers")
     args = parser.parse_args()
     os.environ["FLOOR_RELAY_MODEL_URL"] = args.model
+    # Keep-alive as long as the services' (75 s): with uvicorn's 5 s a pooled connection idle through a round
+    # could be closed by the relay just as the client reused it ("Server disconnected without sending a response").
     uvicorn.run("loadtests.floor_relay:create", factory=True, workers=args.workers, host=args.host, port=args.port,
-                log_level="warning", access_log=False)
+                log_level="warning", access_log=False, timeout_keep_alive=75)
 
 
 if __name__ == "__main__":
