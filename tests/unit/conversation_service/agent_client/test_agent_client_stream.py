@@ -435,6 +435,24 @@ async def test_the_whole_stream_is_bounded_by_the_stream_timeout(recording_sleep
 
 
 @respx.mock
+async def test_a_reconnect_that_would_end_past_the_stream_timeout_ends_the_stream_as_a_timeout(
+    recording_sleep: RecordingSleep,
+) -> None:
+    # ResumableStream's rule, the same for an A2A agent's stream: no pause that ends past the time limit.
+    config = AgentClientConfig(stream_timeout=5.0, reconnect_delays=(30.0,))
+    respx.post(EXECUTE_URL).mock(return_value=sse(sse_events(1, 2), then=httpx.ReadError("reset")))
+    events_route = respx.get(EVENTS_URL).mock(return_value=sse(sse_events(3, 3, terminal=EventType.COMPLETE)))
+    async with AgentServiceClient(BASE_URL, API_KEY, config=config, sleep=recording_sleep) as client:
+        stream = client.execute_agent(request())
+        seen: list[int] = []
+        with pytest.raises(AgentTimeoutError, match="time limit"):
+            async with stream:
+                async for event in stream:
+                    seen.append(event.seq)
+    assert seen == [1, 2] and recording_sleep.delays == [] and events_route.call_count == 0
+
+
+@respx.mock
 async def test_a_stream_silent_for_the_idle_timeout_is_resumed(recording_sleep: RecordingSleep) -> None:
     config = AgentClientConfig(read_timeout=0.2, reconnect_delays=(0.001,))
     respx.post(EXECUTE_URL).mock(side_effect=lambda request: stalled(sse_events(1, 2)))
