@@ -10,7 +10,7 @@ benchmark showed it pays (figures in docs/benchmarks.md and docs/benchmarks-hist
 | ``handoff`` | ``Handoff``: one consumer run inline while it is idle; a bounded queue only while it is suspended | the Agent Service's live SSE readers; the ConversationService's agent event reader and WebSocket clients |
 | ``fair_share`` | ``fair_share(stream)``: a producer working through a burst lets the loop go round every millisecond, after the item in hand is out | the run engine's model stream; the direct reply's model stream; the agent event reader |
 | ``sqlite_gate`` | SQLite writers wait their turn on the event loop instead of in SQLite's polling busy handler | ``shared.db.create_engine`` (SQLite only) |
-| ``direct_body`` | a streamed response's body messages go to the outermost middleware's ``send``, past the wrappers that act on the start message only (off when any middleware is not start-only) | the Agent Service's SSE response |
+| ``direct_body`` | a streamed response's body messages go to the outermost middleware's ``send``, past the wrappers that act on the start message only (off when any middleware does not declare `START_ONLY = True` on its class) | the Agent Service's SSE response |
 | ``prevalidated`` | a pydantic model built from values already of its fields' types, without a second validation | the Agent Service's live event envelopes |
 | ``aiohttp_transport`` | ``AiohttpTransport``: httpx's API on aiohttp's pool and C parser (a token per chunk costs a third of the CPU of httpx's own transport) | the OpenAI-compatible provider's client; the ConversationService's Agent Service client |
 | ``process`` | ``tune_process``: shorter GIL turns for database driver threads, the start-up heap frozen out of GC | each service's ``__main__`` |
