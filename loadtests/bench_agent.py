@@ -253,7 +253,8 @@ async def memory_phase(
     if regions_before is not None and regions_active is not None:
         # Where the RSS per run lies (memory_regions): glibc's main heap, anonymous mappings, files.
         figures["rss_kib_per_active_run_by_region"] = {
-            name: round((regions_active[name] - regions_before[name]) / runs, 1) for name in regions_before}
+            name: round((regions_active[name] - regions_before[name]) / runs, 1)
+            for name in regions_before if name.endswith("_kib")}
     if heap_before is not None and heap_active is not None:
         heap_after = await _heap(client, base_url)
         figures["heap"] = {

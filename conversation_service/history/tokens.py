@@ -49,8 +49,11 @@ class TokenCounter:
     def count_text(self, role: Role, content: str) -> int:
         return count_message_tokens(role.value, content, self.encoding)
 
+    def _offloads(self, chars: int) -> bool:
+        return chars >= self._offload_chars > 0  # 0: never (counted on the loop, no worker thread)
+
     async def count_one(self, role: Role, content: str) -> int:
-        if len(content) >= self._offload_chars > 0:
+        if self._offloads(len(content)):
             return await asyncio.to_thread(self.count_text, role, content)
         return self.count_text(role, content)
 
@@ -65,7 +68,7 @@ class TokenCounter:
         missing = [index for index, value in enumerate(out) if value is None]
         if missing:
             todo = [(items[i].role, items[i].content) for i in missing]
-            if sum(len(content) for _, content in todo) >= self._offload_chars:
+            if self._offloads(sum(len(content) for _, content in todo)):
                 fresh = await asyncio.to_thread(self._count_batch, todo)
             else:
                 fresh = self._count_batch(todo)

@@ -51,7 +51,7 @@ class HistorySettings(BaseSettings):
     # rest count as dropped), so one huge conversation cannot make a turn arbitrarily slow.
     max_input_messages: int = Field(10_000, ge=1, le=1_000_000)
     # Counting tokens of this many uncached characters or more runs in a worker thread, so a long
-    # history never blocks the event loop (1,000 messages take ~20 ms to tokenize).
+    # history never blocks the event loop (1,000 messages take ~20 ms to tokenize); 0 never does.
     offload_chars: int = Field(16_000, ge=0)
     # Messages whose token counts are remembered (least recently used go first), about 280 bytes
     # each: 10,000 is ~2.7 MiB, the windows of 1,000 conversations at the default 10 messages.
