@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, case, func, insert, literal, or_, select, text, update
+from sqlalchemy import bindparam, case, exists, func, insert, literal, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -32,9 +32,10 @@ _FINISH_OWNED = (
     update(_RUNS)
     .where(_RUNS.c.id == bindparam("f_run_id"), _RUNS.c.owner_id == bindparam("f_owner_id"),
            _RUNS.c.status == bindparam("f_active"))
-    .values(status=bindparam("status"), ended_at=bindparam("ended_at"), error_code=bindparam("error_code"),
-            usage=bindparam("usage"))
+    .values(status=bindparam("f_status"), ended_at=bindparam("f_ended_at"), error_code=bindparam("f_error_code"),
+            usage=bindparam("f_usage"))
 )
+# Bound names never a column's: an UPDATE adds to its SET clause every column named by a parameter.
 _CLOSE_LOG = (
     update(_SESSIONS)
     .where(_SESSIONS.c.id == bindparam("c_session_id"))
@@ -48,6 +49,24 @@ def _close_log_setting(columns: tuple[str, ...]):
     """``_CLOSE_LOG`` also setting ``columns`` (bound as ``c_<column>``): one statement per kind of
     ending, built once."""
     return _CLOSE_LOG.values(**{name: bindparam(f"c_{name}") for name in columns}) if columns else _CLOSE_LOG
+
+
+_EVENT_COLUMNS = ("session_id", "seq", "run_id", "type", "ts", "data")
+
+
+@functools.lru_cache(maxsize=8)
+def _pg_end_run(columns: tuple[str, ...]):
+    """PostgreSQL: a run's terminal write in one statement. The run's row is ended only while its
+    owner still holds it; the session's row (``_close_log_setting(columns)``) and the event are
+    written only if it was. The run's row is locked first, the order recovery locks them in. Returns
+    1 when written, 0 when the run was no longer the owner's (nothing written)."""
+    run = _FINISH_OWNED.returning(_RUNS.c.id).cte("ended_run")
+    owned = exists(select(run.c.id))
+    closed = _close_log_setting(columns).where(owned).returning(_SESSIONS.c.id).cte("closed_log")
+    row = select(*(bindparam(f"e_{name}", type_=_EVENTS.c[name].type) for name in _EVENT_COLUMNS)).where(owned)
+    event = insert(_EVENTS).from_select(list(_EVENT_COLUMNS), row).returning(_EVENTS.c.seq).cte("terminal_event")
+    # Data-modifying CTEs run to completion whether or not the query reads them.
+    return select(func.count()).select_from(run).add_cte(closed, event)
 
 
 # Rows per insert statement of a group commit on SQLite (see EventRepository.insert_many).
@@ -75,6 +94,18 @@ _PG_HELD = text(
 
 def _postgres(db: AsyncSession) -> bool:
     return db.get_bind().dialect.name == "postgresql"
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """What the end of a run this process executes records on the run's own row."""
+
+    run_id: str
+    owner_id: str
+    status: str
+    ended_at: datetime
+    error_code: str | None = None
+    usage: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,16 +234,27 @@ class RunRepository:
         result = await self.db.execute(select(AgentRun).where(AgentRun.idempotency_key == key))
         return result.scalar_one_or_none()
 
-    async def finish_owned(
-        self, run_id: str, owner_id: str, *, status: str, ended_at: datetime, error_code: str | None = None,
-        usage: dict[str, Any] | None = None,
-    ) -> bool:
-        """End a run this process executes; False when it no longer holds it (recovery ended it)."""
-        result = await self.db.execute(_FINISH_OWNED, {
-            "f_run_id": run_id, "f_owner_id": owner_id, "f_active": SessionStatus.ACTIVE.value, "status": status,
-            "ended_at": ended_at, "error_code": error_code, "usage": usage,
-        })
-        return result.rowcount == 1
+    async def end(self, end: RunEnd, event: EventEnvelope, session_values: dict[str, Any]) -> bool:
+        """The terminal write of a run this process executes: the run's row, the session's state
+        after it with its log closed at the terminal ``event``'s seq (``SessionRepository.close_log``),
+        and the event. False, with nothing written, when this process no longer holds the run
+        (recovery ended it). One statement on PostgreSQL; three on SQLite, which has no data-modifying
+        CTEs (and serialises writers, so nothing can come between them)."""
+        params = {
+            "f_run_id": end.run_id, "f_owner_id": end.owner_id, "f_active": SessionStatus.ACTIVE.value,
+            "f_status": end.status, "f_ended_at": end.ended_at, "f_error_code": end.error_code, "f_usage": end.usage,
+        }
+        if _postgres(self.db):
+            params |= {"c_session_id": event.session_id, "c_seq": event.seq}
+            params |= {f"c_{name}": value for name, value in session_values.items()}
+            params |= {"e_session_id": event.session_id, "e_seq": event.seq, "e_run_id": event.run_id,
+                       "e_type": event.type.value, "e_ts": event.ts, "e_data": event.data}
+            return await self.db.scalar(_pg_end_run(tuple(session_values)), params) == 1
+        if (await self.db.execute(_FINISH_OWNED, params)).rowcount != 1:
+            return False
+        await SessionRepository(self.db).close_log(event.session_id, event.seq, **session_values)
+        await EventRepository(self.db).insert_many([event])
+        return True
 
     async def held(self, run_ids: Iterable[str], owner_id: str) -> set[str]:
         """Those of ``run_ids`` still ACTIVE under ``owner_id``."""

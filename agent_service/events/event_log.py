@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from agent_service.events.event_writer import EventWriter
 from agent_service.events.live_tail import LiveTailNotifier, LocalNotifier
 from agent_service.metrics import AgentMetrics
-from agent_service.repository import EventRepository, SessionRepository
+from agent_service.repository import EventRepository, RunEnd, RunRepository, SessionRepository
 from shared.fastpath.handoff import Handoff
 from shared.fastpath.prevalidated import prevalidated
 from shared.group_commit import RETRY_PAUSES_S
@@ -62,8 +62,8 @@ class EventsNotSaved(Exception):
 
 
 class RunTakenOver(Exception):
-    """Raised by a terminal write's ``finalize`` when the run is no longer this process's: its lease
-    expired and another replica's recovery ended it. The transaction rolls back; nothing is retried."""
+    """Raised by ``emit_final`` when the run is no longer this process's: its lease expired and
+    another replica's recovery ended it. Nothing is written; nothing is retried."""
 
 
 @dataclass(slots=True)
@@ -279,18 +279,18 @@ class EventLog:
         return not channel.lost
 
     async def emit_final(
-        self, channel: SessionChannel, type_: EventType, data: BaseModel | dict[str, Any],
-        finalize: Callable[[AsyncSession], Awaitable[None]], session_values: dict[str, Any] | None = None,
+        self, channel: SessionChannel, type_: EventType, data: BaseModel | dict[str, Any], end: RunEnd,
+        session_values: dict[str, Any] | None = None,
     ) -> EventEnvelope:
-        """Write everything before it, then the terminal event together with ``finalize``'s changes
-        and the session's new ``session_values`` in one transaction (retried in order while the
+        """Write everything before it, then the terminal event together with the run's ``end`` and
+        the session's new ``session_values`` in one transaction (retried in order while the
         database is away); only then publish it and close the channel."""
         if not await self.durable(channel) and type_ is not EventType.ERROR:
             raise EventsNotSaved(channel.run_id)
         item = self._envelope(channel, type_, data)
         taken_over = written = False
         try:
-            await self._write_final(channel, item, finalize, session_values or {})
+            await self._write_final(channel, item, end, session_values or {})
             written = True
         except RunTakenOver:
             taken_over = True
@@ -317,21 +317,18 @@ class EventLog:
         return item.envelope
 
     async def _write_final(
-        self, channel: SessionChannel, item: LiveEvent, finalize: Callable[[AsyncSession], Awaitable[None]],
-        session_values: dict[str, Any],
+        self, channel: SessionChannel, item: LiveEvent, end: RunEnd, session_values: dict[str, Any],
     ) -> None:
         deadline = time.monotonic() + self._budget_s
         for pause in itertools.chain(RETRY_PAUSES_S, itertools.repeat(RETRY_PAUSES_S[-1])):
             try:
                 async with transaction(self._sessionmaker) as db:
-                    # finalize first: it checks the run is still this process's (before the insert
-                    # could collide with another replica's end of it), and it locks the run row
-                    # before the session row, the order recovery locks them in.
-                    await finalize(db)
-                    # Every seq shown is in the log once this commits: the reservation ends with the
-                    # run, in the statement that leaves the session's state after it.
-                    await SessionRepository(db).close_log(channel.session_id, item.envelope.seq, **session_values)
-                    await EventRepository(db).insert_many([item.envelope])
+                    # Conditional on still owning the run: if this process stalled past its lease and
+                    # another replica's recovery ended the run, nothing is written (the event would
+                    # collide with that end). Every seq shown is in the log once this commits: the
+                    # reservation ends with the run, with the session's state after it.
+                    if not await RunRepository(db).end(end, item.envelope, session_values):
+                        raise RunTakenOver(channel.run_id)
                     await self.notifier.announce(db, channel.session_id, item.envelope.seq)
                 return
             except RunTakenOver:

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.events.event_log import EventLog, EventsNotSaved, RunTakenOver, SessionChannel
 from agent_service.events.snapshots import DEFAULT_MAX_BYTES, SessionSnapshot, SessionSnapshots
 from agent_service.metrics import AgentMetrics
 from agent_service.profiles.schemas import Profile
-from agent_service.repository import RunRepository
+from agent_service.repository import RunEnd
 from agent_service.runs.admission import capacity_wait
 from agent_service.runs.endings import CANCELLED, INTERRUPTED, Ending, ending_of
 from agent_service.runs.engine import ReActEngine
@@ -210,19 +210,11 @@ class RunManager:
         run.outcome = ending.event.value.lower()
         self._count(ending)
 
-        async def finalize(db: AsyncSession) -> None:
-            # Conditional on still owning the run: if this process stalled past its lease and
-            # another replica's recovery ended the run, the whole terminal write rolls back.
-            owned = await RunRepository(db).finish_owned(
-                handle.run_id, self.owner_id, status=ending.status.value, ended_at=now, error_code=ending.error_code,
-                usage=run.state.usage.model_dump(),
-            )
-            if not owned:
-                raise RunTakenOver(handle.run_id)
-
+        end = RunEnd(handle.run_id, self.owner_id, ending.status.value, now, ending.error_code,
+                     run.state.usage.model_dump())
         try:
             final = await self._log.emit_final(
-                run.channel, ending.event, ending.data, finalize, {"updated_at": now, **ending.session_values()})
+                run.channel, ending.event, ending.data, end, {"updated_at": now, **ending.session_values()})
         except EventsNotSaved:
             # Given up between the check above and the end: the run ends with the same error.
             await self._finish(run, Failed(ErrorCode.STORAGE_UNAVAILABLE, EVENTS_LOST))

@@ -45,10 +45,12 @@ class RunStatements:
 
 
 def _terminal(postgres: bool) -> list[str]:
-    # The run's end (ownership checked), the session's state after it with the log's end, the event;
-    # on PostgreSQL followers in other processes are told (NOTIFY) in the same transaction.
-    return ["UPDATE agent_runs", "UPDATE agent_sessions", "INSERT agent_events",
-            *(["SELECT pg_notify"] if postgres else [])]
+    # The run's end (ownership checked), the session's state after it with the log's end, the event:
+    # on PostgreSQL one statement (data-modifying CTEs), and followers in other processes are told
+    # (NOTIFY) in the same transaction.
+    if postgres:
+        return ["WITH agent_runs", "SELECT pg_notify"]
+    return ["UPDATE agent_runs", "UPDATE agent_sessions", "INSERT agent_events"]
 
 
 async def test_a_run_costs_its_claim_recall_terminal_write_and_memory_write_and_nothing_else(agent_factory) -> None:

@@ -13,8 +13,8 @@ from sqlalchemy.exc import OperationalError
 from agent_service.events.event_log import EventLog, EventsNotSaved, LiveEvent, LiveSubscription
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
-from agent_service.models import AgentSession
-from agent_service.repository import EventRepository, SessionRepository
+from agent_service.models import AgentRun, AgentSession
+from agent_service.repository import EventRepository, RunEnd, SessionRepository
 from shared.db import create_engine, create_sessionmaker
 from shared.fastpath.handoff import Handoff
 from shared.protocol import (
@@ -37,7 +37,21 @@ async def _setup(database_url: str, seq_reserved: int = 0):
         db.add(AgentSession(id="s1", profile_name="default", status="ACTIVE", user_context={"user_id": "u"},
                             transcript=[], last_seq=0, seq_reserved=seq_reserved, current_run_id="r1",
                             created_at=now, updated_at=now))
+        await db.flush()  # the session's row before its run's
+        db.add(_run(now))
     return engine, sessionmaker
+
+
+OWNER = "this-process"
+
+
+def _run(now) -> AgentRun:
+    """r1 of s1, executed by this process (its end is written only while it still holds it)."""
+    return AgentRun(id="r1", session_id="s1", status="ACTIVE", first_seq=1, started_at=now, owner_id=OWNER)
+
+
+def _end(status: str = "COMPLETED") -> RunEnd:
+    return RunEnd("r1", OWNER, status, utcnow())
 
 
 class _Shown:
@@ -83,10 +97,8 @@ async def test_no_event_is_shown_past_the_durable_reservation(database_url: str)
         assert shown.seqs == [1, 2, 3, 4, 5, 6] and channel.held == []
         assert (await _reserved(sessionmaker))[0] == 6
 
-        async def finalize(db) -> None:
-            await SessionRepository(db).update("s1", status="COMPLETED")
-
-        final = await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), finalize)
+        final = await log.emit_final(
+            channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})
         await shown.handoff.wait_idle()
         assert final.seq == 7 and shown.seqs[-1] == 7
         # The run's end gives back what it reserved and did not use.
@@ -149,9 +161,6 @@ async def test_tokens_are_group_committed_and_terminal_written_first(database_ur
 
         seen_in_db_before_publish: list[int] = []
 
-        async def finalize(db) -> None:
-            await SessionRepository(db).update("s1", status="COMPLETED")
-
         async def watch(batch: list[LiveEvent]) -> None:
             if batch[-1].envelope.type is EventType.COMPLETE:
                 async with sessionmaker() as db:
@@ -160,7 +169,8 @@ async def test_tokens_are_group_committed_and_terminal_written_first(database_ur
 
         watcher = Handoff(watch, maxsize=1000)
         sub.attach(watcher)
-        final = await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), finalize)
+        final = await log.emit_final(
+            channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})
         await watcher.wait_idle()
         assert final.seq == 201
         assert seen_in_db_before_publish == [201]
@@ -247,9 +257,6 @@ async def test_a_terminal_event_that_could_not_be_written_is_shown_only_when_its
     log = EventLog(create_sessionmaker(engine), group_commit_ms=50, live_queue_size=1000, metrics=AgentMetrics(),
                    seq_block=4, durable_write_budget_s=0.3)
 
-    async def finalize(_db) -> None:
-        pass  # the insert after it fails: the database has no tables
-
     try:
         channel = log.open_channel("s1", "r1", 1, reserved=4)
         shown = _Shown(log)
@@ -257,11 +264,11 @@ async def test_a_terminal_event_that_could_not_be_written_is_shown_only_when_its
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
         # Its events were given up after the budget: a COMPLETE is refused, an ERROR is tried.
         with pytest.raises(EventsNotSaved):
-            await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), finalize)
+            await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end())
         assert channel.lost
         error = ErrorData(code=ErrorCode.STORAGE_UNAVAILABLE.value, message="events lost", retryable=True)
         with pytest.raises(OperationalError):
-            await log.emit_final(channel, EventType.ERROR, error, finalize)
+            await log.emit_final(channel, EventType.ERROR, error, _end("FAILED"))
         await shown.handoff.wait_idle()
         # Recovery will end the run at seq_reserved + 1 = 5: an end shown at 6 would be a seq that
         # later names another event, so that reader is cut off instead (it resumes from the log).
@@ -290,14 +297,11 @@ async def test_events_held_back_by_a_database_restart_are_written_in_order_befor
             writes["fail"] -= 1
             raise OperationalError(statement, {}, ConnectionError("the server restarted"))
 
-    async def finalize(_db) -> None:
-        pass
-
     try:
         channel = log.open_channel("s1", "r1", 1, reserved=1000)
         for i in range(20):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
-        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), finalize)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end())
         async with sessionmaker() as db:
             stored = await EventRepository(db).after("s1", 0, 100)
         assert [e.seq for e in stored] == list(range(1, 22)) and writes["fail"] == 0

@@ -13,8 +13,8 @@ from agent_service.events.event_log import EventLog
 from agent_service.events.streaming import EventStreamer, StreamSettings
 from agent_service.metrics import AgentMetrics
 from agent_service.migrate import run_migrations
-from agent_service.models import AgentSession
-from agent_service.repository import SessionRepository
+from agent_service.models import AgentRun, AgentSession
+from agent_service.repository import RunEnd
 from shared.db import create_engine, create_sessionmaker
 from shared.protocol import AnswerChunkData, CompleteData, EventType, utcnow
 from shared.sse import SSEDecoder, decode_envelope
@@ -30,6 +30,8 @@ async def _setup(database_url: str):
     async with sessionmaker.begin() as db:
         db.add(AgentSession(id="s1", profile_name="default", status="ACTIVE", user_context={"user_id": "u"},
                             transcript=[], last_seq=0, current_run_id="r1", created_at=now, updated_at=now))
+        await db.flush()  # the session's row before its run's
+        db.add(AgentRun(id="r1", session_id="s1", status="ACTIVE", first_seq=1, started_at=now, owner_id=OWNER))
     log_reads: list[str] = []
 
     def record(_conn, _cursor, statement: str, *_args) -> None:
@@ -55,8 +57,12 @@ async def _running_log(database_url: str, *, live_queue_size: int):
         await engine.dispose()
 
 
-async def _finalize(db) -> None:
-    await SessionRepository(db).update("s1", status="COMPLETED")
+OWNER = "this-process"
+
+
+def _end() -> RunEnd:
+    """The end of r1, executed by this process, leaving its session COMPLETED."""
+    return RunEnd("r1", OWNER, "COMPLETED", utcnow())
 
 
 class _Client:
@@ -88,7 +94,7 @@ async def test_live_run_covered_by_unwritten_events_is_streamed_without_reading_
         for i in range(5, 10):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
             await asyncio.sleep(0)
-        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})
         seqs = await asyncio.wait_for(reader, 10)
     assert seqs == list(range(1, 12))
     assert log_reads == []
@@ -109,7 +115,7 @@ async def test_events_already_written_are_read_from_the_log_then_the_rest_from_m
         reader = asyncio.create_task(_read_all(streamer, "s1", 2, until_run="r1"))
         while not channel.subscribers:
             await asyncio.sleep(0)
-        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})
         seqs = await asyncio.wait_for(reader, 10)
     assert seqs == [3, 4, 5, 6, 7, 8]
     assert log_reads, "events 3 and 4 exist only in the log"
@@ -132,7 +138,7 @@ async def test_stream_subscribed_before_the_run_sends_everything_from_memory_eve
         for i in range(4, 7):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
             await asyncio.sleep(0)
-        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})
         seqs = await asyncio.wait_for(reader, 10)
     assert seqs == list(range(1, 9))
     assert log_reads == []
@@ -152,7 +158,7 @@ async def test_stream_whose_early_subscription_overflowed_replays_from_the_log(d
         reader = asyncio.create_task(_read_all(streamer, "s1", 0, until_run="r1", live=live))
         while not channel.subscribers:
             await asyncio.sleep(0)
-        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})
         seqs = await asyncio.wait_for(reader, 10)
     assert seqs == list(range(1, 7))
     assert log_reads, "events 1..5 were read back from the log"
@@ -171,7 +177,7 @@ async def test_a_live_event_is_written_to_an_idle_reader_inside_emit(database_ur
         for i in range(1, 4):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
             assert client.seqs[-1] == i  # written before emit returned
-        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})
         await asyncio.wait_for(reader, 10)
     assert client.seqs == [1, 2, 3, 4]
 
@@ -200,7 +206,7 @@ async def test_a_reader_whose_writes_block_delays_neither_the_run_nor_another_re
         # The stuck reader took event 1 into its blocked write and queued 3 more; the 5th cut it off.
         await asyncio.wait_for(stuck_reader, 10)
         assert len(channel.subscribers) == 1
-        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})
         await asyncio.wait_for(fast_reader, 10)
     assert fast.seqs == list(range(1, 8))
     assert len(stuck_writes) == 2
@@ -222,7 +228,7 @@ async def test_a_disconnect_ends_the_stream_and_its_subscription(database_url: s
         await asyncio.wait_for(reader, 10)
         assert not channel.subscribers
         log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text="t2"))
-        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})
     assert client.seqs == [1]
 
 
@@ -240,7 +246,7 @@ async def test_a_live_stream_ends_once_the_service_starts_stopping(database_url:
         seqs = await asyncio.wait_for(reader, 10)
         assert seqs == [1]
         assert not channel.subscribers
-        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})
 
 
 async def test_a_stream_following_another_replicas_run_ends_once_the_service_starts_stopping(
@@ -267,7 +273,7 @@ async def test_the_log_is_replayed_page_by_page_until_a_short_page_or_the_runs_t
         channel = log.open_channel("s1", "r1", 1, reserved=1000)
         for i in range(5):
             log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text=f"t{i}"))
-        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)  # 1..6 written
+        await log.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})  # 1..6 written
         streamer = EventStreamer(log, sessionmaker, SETTINGS)
 
         log_reads.clear()
@@ -305,7 +311,7 @@ async def test_a_followed_run_is_read_page_by_page_until_its_terminal_event(data
             async with asyncio.timeout(10):
                 while client.seqs[-1:] != [5]:
                     await asyncio.sleep(0.01)
-            await other.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _finalize)
+            await other.emit_final(channel, EventType.COMPLETE, CompleteData(answer="done"), _end(), {"status": "COMPLETED"})
             await asyncio.wait_for(reader, 10)
         finally:
             await other.aclose()
