@@ -155,8 +155,15 @@ class AgentDelegation:
         return await self._run(conversation, user_message, request, turns, None)
 
     async def _read_history(self, session: AsyncSession, user_message: Message) -> list[Message]:
-        """The finished messages before ``user_message`` that a turn's history is windowed from."""
-        return await MessageRepository(session).complete_before(user_message, self._history.settings.max_input_messages)
+        """The finished messages before ``user_message`` that a turn's history is windowed from: the
+        newest the window can use (``HistoryExtractor.rows_to_read``), all that are allowed when
+        too many of those were skipped."""
+        messages, history = MessageRepository(session), self._history
+        limit = history.rows_to_read()
+        rows = await messages.complete_before(user_message, limit)
+        if len(rows) == limit and not history.read_enough([HistoryRecord.from_message(m) for m in rows]):
+            rows = await messages.complete_before(user_message, history.settings.max_input_messages)
+        return rows
 
     async def _run(
         self, conversation: Conversation, user_message: Message, request: TurnRequest, turns: ConversationTurns,

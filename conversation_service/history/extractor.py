@@ -23,12 +23,17 @@ from conversation_service.settings.history import HistorySettings, HistoryStrate
 from shared.keyed_lock import KeyedLock
 from shared.llm.base import LLMProvider
 from shared.protocol import ChatMessage, Role, utcnow
+from shared.tokens import TOKENS_PER_MESSAGE
 
 logger = logging.getLogger(__name__)
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 # Largest history a request may carry (shared.protocol.MAX_HISTORY_MESSAGES), less the summary.
 _MAX_VERBATIM = 999
+# The fewest tokens a message the window takes can cost: framing, its role and one token of text.
+_MIN_MESSAGE_TOKENS = TOKENS_PER_MESSAGE + 2
+# Stored messages read beyond what the window can take, for the few it skips (blank ones).
+_SKIP_ALLOWANCE = 8
 
 
 class HistoryExtractor:
@@ -65,6 +70,30 @@ class HistoryExtractor:
                 registry=registry,
             )
 
+    def usable_needed(self) -> int | None:
+        """The most usable messages (the newest) the window can take; None: every one, as the
+        summary strategy folds what leaves the window into its summary."""
+        s = self.settings
+        if s.strategy is HistoryStrategyName.SUMMARY:
+            return None
+        if s.strategy is HistoryStrategyName.LAST_N:
+            return s.max_messages
+        return min(_MAX_VERBATIM, s.token_budget // _MIN_MESSAGE_TOKENS)
+
+    def rows_to_read(self) -> int:
+        """Stored messages a turn reads, newest first: what the window can take and a few it may
+        skip, not the whole conversation (a turn's cost must not grow with the conversation's
+        length); at most ``HISTORY_MAX_INPUT_MESSAGES``."""
+        needed = self.usable_needed()
+        limit = self.settings.max_input_messages
+        return limit if needed is None else min(limit, needed + _SKIP_ALLOWANCE)
+
+    def read_enough(self, records: Sequence[HistoryRecord]) -> bool:
+        """Whether ``records``, the newest ``rows_to_read``, hold every message the window can take
+        (False: so many were skipped that older ones must be read too)."""
+        needed = self.usable_needed()
+        return needed is None or sum(1 for record in records if _usable(record)) >= needed
+
     async def extract(
         self,
         conversation_id: str,
@@ -77,10 +106,8 @@ class HistoryExtractor:
         skipped = 0
         overflow = max(0, len(records) - self.settings.max_input_messages)
         for record in records[overflow:]:
-            role = map_role(record.role)
-            # Unknown roles and empty messages (a reply that failed before its first token) carry
-            # nothing the agent can use.
-            if role is None or not record.content or not record.content.strip():
+            role = _usable(record)
+            if role is None:
                 skipped += 1
                 continue
             items.append(clip_content(HistoryItem(str(record.id), role, record.content)))
@@ -260,3 +287,10 @@ class HistoryExtractor:
             self._fill.labels(stats.strategy).observe(stats.fill_ratio)
         if self._near_limit is not None and stats.near_limit:
             self._near_limit.labels(stats.strategy).inc()
+
+
+def _usable(record: HistoryRecord) -> Role | None:
+    """The agent role of a record the window may take. Unknown roles and empty messages (a reply
+    that failed before its first token) carry nothing the agent can use."""
+    role = map_role(record.role)
+    return role if role is not None and record.content and record.content.strip() else None

@@ -35,7 +35,9 @@ class HistoryStats:
     """How the window was cut and how full the budget is, so the caller can warn the user."""
 
     strategy: str
-    total_messages: int  # usable messages of the conversation (after role mapping)
+    # Usable messages looked at (after role mapping): the newest the window could take and a few
+    # more (HistoryExtractor.rows_to_read), or up to HISTORY_MAX_INPUT_MESSAGES for the summary.
+    total_messages: int
     included_messages: int  # verbatim messages in the result
     dropped_messages: int  # neither included nor summarised
     truncated_messages: int  # included, but cut to fit (marked in their text)

@@ -300,3 +300,36 @@ async def test_token_counts_of_left_conversations_do_not_pile_up(monkeypatch: py
     tokenized.clear()
     await extractor.extract("c199", records)
     assert tokenized == []
+
+
+@pytest.mark.parametrize(("strategy", "overrides"), [
+    (HistoryStrategyName.LAST_N, {}),
+    (HistoryStrategyName.LAST_N, {"max_messages": 3}),
+    (HistoryStrategyName.TOKEN_BUDGET, {}),
+    (HistoryStrategyName.TOKEN_BUDGET, {"token_budget": 200}),
+])
+async def test_the_newest_rows_to_read_give_the_window_the_whole_conversation_gives(
+    strategy: HistoryStrategyName, overrides: dict,
+) -> None:
+    # What a turn reads of a long conversation (AgentDelegation._read_history) loses nothing the
+    # window takes: the window is a tail, and no more messages fit than rows_to_read allows for.
+    records = conversation(3000)
+    extractor = HistoryExtractor(HistorySettings(strategy=strategy, **overrides))
+    limit = extractor.rows_to_read()
+    assert limit < 1000
+    newest = records[-limit:]
+    assert extractor.read_enough(newest)
+    whole, read = await extractor.extract("c1", records), await extractor.extract("c2", newest)
+    assert read.messages == whole.messages and len(read.messages) > 0
+
+
+def test_what_the_summary_strategy_reads_and_when_a_read_is_short() -> None:
+    summary = HistoryExtractor(HistorySettings(strategy=HistoryStrategyName.SUMMARY, max_input_messages=500),
+                               llm=object())  # never called here
+    assert summary.usable_needed() is None and summary.rows_to_read() == 500
+    last_n = HistoryExtractor(HistorySettings(max_messages=4))
+    assert last_n.rows_to_read() == 12
+    blank = [HistoryRecord(id=str(i), role="user", content=" ") for i in range(9)]
+    said = [HistoryRecord(id=f"s{i}", role="user", content="hello") for i in range(3)]
+    assert not last_n.read_enough(said + blank)  # three usable of twelve: older ones are needed
+    assert last_n.read_enough(said + said[:1] + blank)
