@@ -70,12 +70,14 @@ async def _length(conv: Conversation, pid: int, turns: int) -> dict[str, Any]:
     times, wall = process.cpu_times(), time.perf_counter() - wall0
     stop.set()
     await watcher
+    rss_after = process.memory_info().rss
+    peak[0] = max(peak[0], rss_after)  # the highest seen includes the last reading, not only the 10 ms samples
     cpu = times.user + times.system - times0.user - times0.system
     mib = 2**20
     return {
         "turns": turns, "failed_turns": sum(o != "ok" for o in outcomes), "wall_s": round(wall, 2),
         "cpu_ms_per_turn": round(cpu / turns * 1000, 2),
-        "rss_before_mib": round(rss_before / mib, 1), "rss_after_mib": round(process.memory_info().rss / mib, 1),
+        "rss_before_mib": round(rss_before / mib, 1), "rss_after_mib": round(rss_after / mib, 1),
         "rss_peak_mib": round(peak[0] / mib, 1), "rss_peak_above_before_mib": round((peak[0] - rss_before) / mib, 1),
     }
 
