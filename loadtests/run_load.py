@@ -8,6 +8,12 @@ ConversationService (``loadtests/locustfile.py``: 70% direct, 30% agent), sample
 services every ``--sample-s`` seconds (and once a minute where it lies: ``memory_regions``), and
 writes Locust's CSV statistics and a JSON summary (latency p50/p95/p99, error rate, throughput,
 memory at start, middle and end).
+
+``--heap-every MIN`` runs both services with ``DEBUG_HEAP_PROFILE=1`` (tracemalloc from start-up,
+``--heap-frames`` frames per allocation) and reads ``GET /debug/heap`` every MIN minutes: the traced
+total, the gc's object count and the sites that grew since the previous reading, to tell what holds
+memory that grows. Tracing costs CPU and memory of its own, so such a run's latency and RSS are not
+comparable with a run without it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from loadtests.common import (
     JWT_SECRET,
@@ -100,6 +108,29 @@ async def _sample(procs: dict[str, Any], every: float, out: dict[str, list[tuple
             pass
 
 
+async def _read_heaps(procs: dict[str, Any], every_min: float, out: list[dict[str, Any]],
+                      stop: asyncio.Event) -> None:
+    """Every ``every_min`` minutes, ``GET /debug/heap`` of each service (growth since the last read)."""
+    t0 = time.monotonic()
+    async with httpx.AsyncClient(timeout=300) as http:
+        while True:
+            try:
+                await asyncio.wait_for(stop.wait(), every_min * 60)
+                return
+            except TimeoutError:
+                pass
+            reading: dict[str, Any] = {"minute": round((time.monotonic() - t0) / 60, 1)}
+            for name, proc in procs.items():
+                r = await http.get(f"{proc.url}/debug/heap", params={"top": 40})
+                r.raise_for_status()
+                heap = r.json()
+                reading[name] = {"rss_mib": round(proc.rss() / 2**20, 1), **heap}
+                grew = sum(g["bytes_diff"] for g in heap["growth"] or [])
+                print(f"  heap {name} minute {reading['minute']}: traced {heap['traced_bytes'] / 2**20:.2f} MiB, "
+                      f"gc objects {heap['gc_objects']}, top-40 growth {grew / 1024:.0f} KiB", flush=True)
+            out.append(reading)
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     root = work_dir("load")
     args.csv_dir.mkdir(parents=True, exist_ok=True)
@@ -109,8 +140,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "settings": {"users": args.users, "spawn_rate": args.spawn_rate, "run_time": args.run_time,
                      "mix": "70% direct LLM / 30% agent", "ttft_ms": args.ttft_ms,
                      "token_delay_ms": args.token_delay_ms, "tokens": args.tokens, "log_level": args.log_level,
-                     "workers": args.workers},
+                     "workers": args.workers, "heap_every_min": args.heap_every,
+                     "heap_frames": args.heap_frames},
     }
+    if args.heap_every:
+        # Inherited by both services' processes (see shared/heap_profile.py).
+        os.environ["DEBUG_HEAP_PROFILE"] = "1"
+        os.environ["DEBUG_HEAP_PROFILE_FRAMES"] = str(args.heap_frames)
     await _run(args, root, prefix, results)
     return results
 
@@ -123,6 +159,10 @@ async def _run(args: argparse.Namespace, root: Path, prefix: Path, results: dict
         stop = asyncio.Event()
         sampler = asyncio.create_task(
             _sample({"agent_service": agent, "conversation_service": chat}, args.sample_s, rss, stop, regions))
+        heaps: list[dict[str, Any]] = []
+        heap_reader = asyncio.create_task(_read_heaps(
+            {"agent_service": agent, "conversation_service": chat}, args.heap_every, heaps, stop,
+        )) if args.heap_every else None
         cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtests" / "locustfile.py"),
                "--headless", "-u", str(args.users), "-r", str(args.spawn_rate), "--run-time", args.run_time,
                "--host", chat.url, "--csv", str(prefix), "--only-summary", "--stop-timeout", "60"]
@@ -137,6 +177,9 @@ async def _run(args: argparse.Namespace, root: Path, prefix: Path, results: dict
         results["wall_seconds"] = round(time.monotonic() - started, 1)
         stop.set()
         await sampler
+        if heap_reader is not None:
+            await heap_reader
+            results["heap"] = heaps
     (args.csv_dir / f"{prefix.name}.out.txt").write_text(output.decode(errors="replace"))
     results["stats"] = _read_stats(prefix)
     results["failures"] = _read_failures(prefix)
@@ -169,6 +212,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--token-delay-ms", type=float, default=5.0)
     parser.add_argument("--sample-s", type=float, default=5.0)
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--heap-every", type=float, default=0.0,
+                        help="minutes between tracemalloc readings (0: no tracing)")
+    parser.add_argument("--heap-frames", type=int, default=8, help="frames kept per traced allocation")
     parser.add_argument("--csv-dir", type=Path, default=REPO_ROOT / "loadtests" / "results")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)

@@ -8,6 +8,7 @@ and counts, never object contents; still, do not enable it on a replica reachabl
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import os
 import sys
@@ -36,6 +37,7 @@ class HeapProfiler:
     def __init__(self, frames: int) -> None:
         self.frames = frames
         self._previous: tracemalloc.Snapshot | None = None
+        self._previous_types: collections.Counter[str] | None = None
         self._roots = sorted({p for p in sys.path if p} | {sys.prefix}, key=len, reverse=True)
 
     def start(self) -> None:
@@ -64,6 +66,8 @@ class HeapProfiler:
         ))
         key = "traceback" if self.frames > 1 else "lineno"
         stats = snapshot.statistics(key)
+        # Objects the gc tracks, by type: a site that grows says where, a type that grows says what.
+        types = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
         current, peak = tracemalloc.get_traced_memory()
         result: dict[str, Any] = {
             "traced_bytes": current,
@@ -71,7 +75,9 @@ class HeapProfiler:
             "snapshot_bytes": sum(s.size for s in stats),
             "sites": len(stats),
             "asyncio_tasks": asyncio_tasks,
-            "gc_objects": len(gc.get_objects()),
+            "gc_objects": sum(types.values()),
+            "gc_types": dict(types.most_common(top)),
+            "gc_types_growth": None,
             "top": [{"site": self._site(s), "bytes": s.size, "count": s.count} for s in stats[:top]],
             "growth": None,
         }
@@ -83,7 +89,14 @@ class HeapProfiler:
                  "count_diff": d.count_diff}
                 for d in diff[:top]
             ]
+        if self._previous_types is not None:
+            grown = types.copy()
+            grown.subtract(self._previous_types)
+            result["gc_types_growth"] = {
+                name: n for name, n in sorted(grown.items(), key=lambda kv: -abs(kv[1]))[:top] if n
+            }
         self._previous = snapshot
+        self._previous_types = types
         return result
 
 

@@ -45,16 +45,23 @@ async def test_reports_top_sites_and_growth(tracing_stopped: None) -> None:
     install_heap_profile(app, HeapProfileSettings(heap_profile=True))
     async with _client(app) as client:
         first = (await client.get(HEAP_PATH, params={"top": 5})).json()
-        assert first["growth"] is None  # nothing to compare with yet
+        assert first["growth"] is None and first["gc_types_growth"] is None  # nothing to compare with yet
+        assert first["gc_types"]["dict"] > 0 and first["gc_objects"] >= sum(first["gc_types"].values())
         assert first["traced_bytes"] > 0 and first["asyncio_tasks"] >= 1
         assert len(first["top"]) == 5 and all(site["bytes"] > 0 for site in first["top"])
         held = [bytearray(1000) for _ in range(2000)]  # about 2 MB kept alive on one line
+        kept = [_Held() for _ in range(5000)]  # the gc's objects by type: 5 000 more of one
         second = (await client.get(HEAP_PATH, params={"top": 5})).json()
-        assert held
+        assert held and kept
+        assert second["gc_types_growth"]["_Held"] == 5000
         biggest = second["growth"][0]
         assert biggest["site"].endswith(f"test_heap_profile.py:{_line_of('bytearray(1000)')}")
         assert biggest["bytes_diff"] >= 2_000_000 and biggest["count_diff"] >= 2000
         assert (await client.get(HEAP_PATH, params={"top": 0})).status_code == 422
+
+
+class _Held:
+    pass
 
 
 def _line_of(text: str) -> int:
