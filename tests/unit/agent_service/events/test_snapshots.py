@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 from agent_service.events.snapshots import (
+    DEFAULT_MAX_BYTES,
     MESSAGE_OVERHEAD_BYTES,
     TOOL_CALL_OVERHEAD_BYTES,
     SessionSnapshot,
@@ -109,3 +113,40 @@ def test_a_snapshot_matches_only_the_session_as_its_run_left_it() -> None:
     assert not snapshot.matches(AgentSession(status=SessionStatus.ACTIVE.value, current_run_id="r1", last_seq=7))
     assert not snapshot.matches(AgentSession(status=SessionStatus.COMPLETED.value, current_run_id="r2", last_seq=7))
     assert not snapshot.matches(AgentSession(status=SessionStatus.COMPLETED.value, current_run_id="r1", last_seq=9))
+
+
+def _traced_after_gc() -> int:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
+
+
+def test_the_byte_bound_holds_in_memory_under_a_long_load() -> None:
+    """The Locust scenario's shape: many sessions, each a conversation of up to 40 turns (a short
+    question, an answer of about 1 700 characters), one snapshot per completed turn. The cache
+    fills over the first tens of minutes (the Agent Service's slow RSS rise, docs/benchmarks.md)
+    and then holds what its default bound (4 MiB, estimated) says, within 25 %, however many more
+    sessions come."""
+    snapshots = SessionSnapshots()
+
+    def load(first_session: int, sessions: int) -> None:
+        for s in range(first_session, first_session + sessions):
+            transcript: list[dict] = []
+            for turn in range(40):
+                transcript = [*transcript, {"role": "user", "content": f"question {turn} of session {s}"},
+                              {"role": "assistant", "content": f"answer {turn} of {s:08d} " * 70}]
+                snapshots.remember(f"session-{s}", SessionSnapshot(run_id=f"r{turn}", last_seq=turn, transcript=transcript))
+
+    was_tracing = tracemalloc.is_tracing()
+    tracemalloc.start()
+    try:
+        before = _traced_after_gc()
+        load(0, 100)
+        full = _traced_after_gc() - before
+        load(100, 200)
+        later = _traced_after_gc() - before
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    assert snapshots.bytes <= DEFAULT_MAX_BYTES
+    assert full <= DEFAULT_MAX_BYTES * 1.25, full
+    assert later <= full * 1.01, (full, later)

@@ -3,7 +3,10 @@ loop, and ``HISTORY_OFFLOAD_CHARS=0`` keeps every count on the loop (no worker t
 
 from __future__ import annotations
 
+import gc
 import threading
+import tracemalloc
+import uuid
 
 import pytest
 
@@ -48,3 +51,40 @@ async def test_where_counts_run(offload_chars: int, large_in_thread: bool) -> No
 
     counter.threads.clear()
     assert await counter.counts(large) == counts and counter.threads == []  # remembered
+
+
+def _traced_after_gc() -> int:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
+
+
+async def test_a_full_cache_holds_a_bounded_amount_of_memory() -> None:
+    """The cache fills over a long load (one entry per message counted) and then stops growing:
+    at its default size (10 000 messages) it holds under 4 MiB, and three times as many messages
+    later it holds no more. This is the ConversationService's slow RSS rise in the first hour of
+    the Locust scenario (docs/benchmarks.md), bounded. Measured once it has turned over twice: an
+    OrderedDict that evicts keeps a larger table than one that only filled."""
+    counter = TokenCounter(HistorySettings(offload_chars=0))
+    size = HistorySettings().token_cache_size
+
+    async def count(first: int, n: int) -> None:
+        for start in range(first, first + n, 100):
+            await counter.counts([
+                HistoryItem(id=str(uuid.UUID(int=i)), role=Role.ASSISTANT, content=f"answer {i:08d} " * 20)
+                for i in range(start, start + 100)
+            ])
+
+    was_tracing = tracemalloc.is_tracing()
+    tracemalloc.start()
+    try:
+        before = _traced_after_gc()
+        await count(0, 2 * size)
+        full = _traced_after_gc() - before
+        await count(2 * size, 2 * size)
+        later = _traced_after_gc() - before
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    assert len(counter) == size
+    assert full < 4 * 2**20, full
+    assert later <= full * 1.01, (full, later)
