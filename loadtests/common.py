@@ -398,6 +398,16 @@ def parse_histograms(text: str) -> Snapshot:
     return out
 
 
+async def read_heaps(http: httpx.AsyncClient, procs: dict[str, Process], top: int) -> dict[str, Any]:
+    """``GET /debug/heap`` of each service (``DEBUG_HEAP_PROFILE=1``), with its RSS in bytes."""
+    out: dict[str, Any] = {}
+    for name, proc in procs.items():
+        r = await http.get(f"{proc.url}/debug/heap", params={"top": top}, timeout=300)
+        r.raise_for_status()
+        out[name] = {"rss": proc.rss(), **r.json()}
+    return out
+
+
 async def scrape(client: httpx.AsyncClient, base_url: str) -> Snapshot:
     response = await client.get(f"{base_url}/metrics")
     response.raise_for_status()

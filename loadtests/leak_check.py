@@ -40,6 +40,7 @@ from loadtests.common import (
     Process,
     databases,
     machine,
+    read_heaps,
     running,
     work_dir,
     write_results,
@@ -199,16 +200,6 @@ async def _round(clients: list[ChatClient], n: int, timeout: float, tally: Tally
     await asyncio.gather(*(worker(c) for c in clients))
 
 
-async def _measure(http: httpx.AsyncClient, procs: dict[str, Process], top: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, proc in procs.items():
-        r = await http.get(f"{proc.url}/debug/heap", params={"top": top}, timeout=120)
-        r.raise_for_status()
-        heap = r.json()
-        out[name] = {"rss": proc.rss(), **heap}
-    return out
-
-
 def _summary(rounds: list[dict[str, Any]], per_round: int, top: int) -> dict[str, Any]:
     """Growth after the warm-up round (rounds[0] is the measure before any load, rounds[1] after warm-up)."""
     result: dict[str, Any] = {}
@@ -266,13 +257,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         async with running(agent, chat), httpx.AsyncClient(base_url=chat.url, timeout=30) as http:
             clients = [ChatClient(http, chat.url.replace("http://", "ws://"), args.turns_per_conversation, tally, rng)
                        for _ in range(args.concurrency)]
-            rounds = [await _measure(http, procs, args.top)]
+            rounds = [await read_heaps(http, procs, args.top)]
             started = time.monotonic()
             try:
                 for i in range(args.rounds):
                     t0 = time.monotonic()
                     await _round(clients, per_round, args.turn_timeout, tally)
-                    rounds.append(await _measure(http, procs, args.top))
+                    rounds.append(await read_heaps(http, procs, args.top))
                     line = "  ".join(
                         f"{n}: rss {m['rss'] / MIB:.1f} MiB traced {m['traced_bytes'] / MIB:.2f} MiB "
                         f"tasks {m['asyncio_tasks']}" for n, m in rounds[-1].items())

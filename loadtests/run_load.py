@@ -34,6 +34,7 @@ from loadtests.common import (
     JWT_SECRET,
     REPO_ROOT,
     machine,
+    read_heaps,
     running_product,
     work_dir,
     write_results,
@@ -110,25 +111,28 @@ async def _sample(procs: dict[str, Any], every: float, out: dict[str, list[tuple
 
 async def _read_heaps(procs: dict[str, Any], every_min: float, out: list[dict[str, Any]],
                       stop: asyncio.Event) -> None:
-    """Every ``every_min`` minutes, ``GET /debug/heap`` of each service (growth since the last read)."""
+    """Every ``every_min`` minutes, ``GET /debug/heap`` of each service (growth since the last read).
+    A reading that fails is recorded as such: it must not cost the run its results."""
     t0 = time.monotonic()
-    async with httpx.AsyncClient(timeout=300) as http:
+    async with httpx.AsyncClient() as http:
         while True:
             try:
                 await asyncio.wait_for(stop.wait(), every_min * 60)
                 return
             except TimeoutError:
                 pass
-            reading: dict[str, Any] = {"minute": round((time.monotonic() - t0) / 60, 1)}
-            for name, proc in procs.items():
-                r = await http.get(f"{proc.url}/debug/heap", params={"top": 40})
-                r.raise_for_status()
-                heap = r.json()
-                reading[name] = {"rss_mib": round(proc.rss() / 2**20, 1), **heap}
+            minute = round((time.monotonic() - t0) / 60, 1)
+            try:
+                heaps = await read_heaps(http, procs, top=40)
+            except httpx.HTTPError as exc:
+                out.append({"minute": minute, "error": f"{type(exc).__name__}: {exc}"[:300]})
+                print(f"  heap reading at minute {minute} failed: {type(exc).__name__}", flush=True)
+                continue
+            out.append({"minute": minute, **heaps})
+            for name, heap in heaps.items():
                 grew = sum(g["bytes_diff"] for g in heap["growth"] or [])
-                print(f"  heap {name} minute {reading['minute']}: traced {heap['traced_bytes'] / 2**20:.2f} MiB, "
+                print(f"  heap {name} minute {minute}: traced {heap['traced_bytes'] / 2**20:.2f} MiB, "
                       f"gc objects {heap['gc_objects']}, top-40 growth {grew / 1024:.0f} KiB", flush=True)
-            out.append(reading)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
