@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, case, exists, func, insert, literal, or_, select, text, update
+from sqlalchemy import Text, bindparam, case, exists, func, insert, literal, or_, select, text, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -54,19 +54,42 @@ def _close_log_setting(columns: tuple[str, ...]):
 _EVENT_COLUMNS = ("session_id", "seq", "run_id", "type", "ts", "data")
 
 
-@functools.lru_cache(maxsize=8)
-def _pg_end_run(columns: tuple[str, ...]):
+@functools.lru_cache(maxsize=16)
+def _pg_end_run(columns: tuple[str, ...], notify: bool):
     """PostgreSQL: a run's terminal write in one statement. The run's row is ended only while its
     owner still holds it; the session's row (``_close_log_setting(columns)``) and the event are
-    written only if it was. The run's row is locked first, the order recovery locks them in. Returns
-    1 when written, 0 when the run was no longer the owner's (nothing written)."""
+    written only if it was, and so is the NOTIFY that tells followers (``notify``: bound as
+    ``n_channel`` and ``n_payload``; sent when the statement commits). The run's row is locked
+    first, the order recovery locks them in. Returns 1 when written, 0 when the run was no longer
+    the owner's (nothing written, nobody told)."""
     run = _FINISH_OWNED.returning(_RUNS.c.id).cte("ended_run")
     owned = exists(select(run.c.id))
     closed = _close_log_setting(columns).where(owned).returning(_SESSIONS.c.id).cte("closed_log")
-    row = select(*(bindparam(f"e_{name}", type_=_EVENTS.c[name].type) for name in _EVENT_COLUMNS)).where(owned)
+    row = select(*_bound("e_", _EVENTS, _EVENT_COLUMNS)).where(owned)
     event = insert(_EVENTS).from_select(list(_EVENT_COLUMNS), row).returning(_EVENTS.c.seq).cte("terminal_event")
+    ended = run
+    if notify:
+        # Called once per row of the ended run: once when it was the owner's, never otherwise.
+        told = select(func.pg_notify(bindparam("n_channel", type_=Text), bindparam("n_payload", type_=Text))).lateral()
+        ended = run.join(told, true())
     # Data-modifying CTEs run to completion whether or not the query reads them.
-    return select(func.count()).select_from(run).add_cte(closed, event)
+    return select(func.count()).select_from(ended).add_cte(closed, event)
+
+
+def _bound(prefix: str, table, columns) -> list:
+    """Bound parameters ``<prefix><column>`` typed as ``table``'s columns, as a row to select."""
+    return [bindparam(f"{prefix}{name}", type_=table.c[name].type) for name in columns]
+
+
+@functools.lru_cache(maxsize=8)
+def _pg_insert_with_run(session_columns: tuple[str, ...], run_columns: tuple[str, ...]):
+    """PostgreSQL: a new session's row and its first run's in one statement (the run's row refers
+    to the session's, which the statement inserts first)."""
+    new_session = insert(_SESSIONS).from_select(
+        list(session_columns), select(*_bound("s_", _SESSIONS, session_columns))
+    ).returning(_SESSIONS.c.id).cte("new_session")
+    run = select(*_bound("r_", _RUNS, run_columns)).select_from(new_session)
+    return insert(_RUNS).from_select(list(run_columns), run).add_cte(new_session)
 
 
 # Rows per insert statement of a group commit on SQLite (see EventRepository.insert_many).
@@ -147,15 +170,37 @@ class SessionRepository:
         # on this path, which every new conversation's first message takes.
         await self.db.execute(_INSERT_SESSION, values)
 
-    async def claim(self, session_id: str, run_id: str, now: datetime, values: dict[str, Any]) -> bool:
-        """Mark the session ACTIVE for ``run_id`` unless another run holds it; True when claimed."""
-        result = await self.db.execute(
+    async def insert_with_run(self, session: dict[str, Any], run: dict[str, Any]) -> None:
+        """A new session's row and its first run's: one statement on PostgreSQL, two on SQLite."""
+        if _postgres(self.db):
+            statement = _pg_insert_with_run(tuple(session), tuple(run))
+            await self.db.execute(statement, {f"s_{k}": v for k, v in session.items()} | {f"r_{k}": v for k, v in run.items()})
+            return
+        await self.insert(**session)
+        await RunRepository(self.db).insert(**run)
+
+    async def claim(
+        self, session_id: str, run_id: str, now: datetime, values: dict[str, Any], run: dict[str, Any],
+    ) -> bool:
+        """Mark the session ACTIVE for ``run_id`` unless another run holds it, and write the ``run``'s
+        row if it was claimed; True when claimed. One statement on PostgreSQL, two on SQLite."""
+        claim = (
             update(AgentSession)
             .where(AgentSession.id == session_id, AgentSession.status != SessionStatus.ACTIVE.value)
             .values(status=SessionStatus.ACTIVE.value, current_run_id=run_id, updated_at=now, **values)
             .execution_options(synchronize_session=False)
         )
-        return result.rowcount == 1
+        if _postgres(self.db):
+            claimed = claim.returning(_SESSIONS.c.id).cte("claimed")
+            result = await self.db.execute(
+                insert(_RUNS).from_select(list(run), select(*_bound("r_", _RUNS, run)).select_from(claimed)).add_cte(claimed),
+                {f"r_{k}": v for k, v in run.items()},
+            )
+            return result.rowcount == 1
+        if (await self.db.execute(claim)).rowcount != 1:
+            return False
+        await RunRepository(self.db).insert(**run)
+        return True
 
     async def update(self, session_id: str, **values: Any) -> None:
         await self.db.execute(
@@ -234,12 +279,16 @@ class RunRepository:
         result = await self.db.execute(select(AgentRun).where(AgentRun.idempotency_key == key))
         return result.scalar_one_or_none()
 
-    async def end(self, end: RunEnd, event: EventEnvelope, session_values: dict[str, Any]) -> bool:
+    async def end(
+        self, end: RunEnd, event: EventEnvelope, session_values: dict[str, Any], notify: tuple[str, str] | None = None,
+    ) -> bool:
         """The terminal write of a run this process executes: the run's row, the session's state
         after it with its log closed at the terminal ``event``'s seq (``SessionRepository.close_log``),
         and the event. False, with nothing written, when this process no longer holds the run
-        (recovery ended it). One statement on PostgreSQL; three on SQLite, which has no data-modifying
-        CTEs (and serialises writers, so nothing can come between them)."""
+        (recovery ended it). One statement on PostgreSQL, which also sends ``notify`` (a NOTIFY's
+        channel and payload) when it writes, so that it is atomic alone and needs no transaction
+        around it; three on SQLite, which has no data-modifying CTEs (and serialises writers, so
+        nothing can come between them)."""
         params = {
             "f_run_id": end.run_id, "f_owner_id": end.owner_id, "f_active": SessionStatus.ACTIVE.value,
             "f_status": end.status, "f_ended_at": end.ended_at, "f_error_code": end.error_code, "f_usage": end.usage,
@@ -249,7 +298,11 @@ class RunRepository:
             params |= {f"c_{name}": value for name, value in session_values.items()}
             params |= {"e_session_id": event.session_id, "e_seq": event.seq, "e_run_id": event.run_id,
                        "e_type": event.type.value, "e_ts": event.ts, "e_data": event.data}
-            return await self.db.scalar(_pg_end_run(tuple(session_values)), params) == 1
+            if notify is not None:
+                params |= {"n_channel": notify[0], "n_payload": notify[1]}
+            return await self.db.scalar(_pg_end_run(tuple(session_values), notify is not None), params) == 1
+        if notify is not None:
+            raise ValueError("a NOTIFY in the terminal statement needs PostgreSQL")
         if (await self.db.execute(_FINISH_OWNED, params)).rowcount != 1:
             return False
         await SessionRepository(self.db).close_log(event.session_id, event.seq, **session_values)

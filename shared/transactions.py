@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from shared.group_commit import RETRY_PAUSES_S
 
-__all__ = ["Transactions", "is_unavailable", "transaction"]
+__all__ = ["Transactions", "autocommit", "is_unavailable", "transaction"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,16 @@ async def transaction(sessionmaker: async_sessionmaker) -> AsyncIterator[AsyncSe
         except BaseException:
             await session.rollback()
             raise
+
+
+@asynccontextmanager
+async def autocommit(sessionmaker: async_sessionmaker) -> AsyncIterator[AsyncSession]:
+    """A session on PostgreSQL whose statements each commit by themselves: for a unit of work that is
+    one statement, atomic alone, it saves the BEGIN and the COMMIT (two round trips, and about 0.2 ms
+    of the service's CPU). The pool restores the connection's isolation level when it is returned."""
+    async with sessionmaker() as session:
+        await session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+        yield session
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

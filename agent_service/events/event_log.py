@@ -46,7 +46,7 @@ from shared.fastpath.prevalidated import prevalidated
 from shared.group_commit import RETRY_PAUSES_S
 from shared.protocol import ErrorCode, ErrorData, EventEnvelope, EventType, utcnow
 from shared.sse import encode_envelope
-from shared.transactions import transaction
+from shared.transactions import autocommit, transaction
 
 log = logging.getLogger(__name__)
 
@@ -322,11 +322,18 @@ class EventLog:
         deadline = time.monotonic() + self._budget_s
         for pause in itertools.chain(RETRY_PAUSES_S, itertools.repeat(RETRY_PAUSES_S[-1])):
             try:
+                # Conditional on still owning the run: if this process stalled past its lease and
+                # another replica's recovery ended the run, nothing is written (the event would
+                # collide with that end). Every seq shown is in the log once this commits: the
+                # reservation ends with the run, with the session's state after it.
+                notify = self.notifier.notification(channel.session_id, item.envelope.seq)
+                if notify is not None:
+                    # One statement that also tells the followers: atomic alone, no transaction around it.
+                    async with autocommit(self._sessionmaker) as db:
+                        if not await RunRepository(db).end(end, item.envelope, session_values, notify):
+                            raise RunTakenOver(channel.run_id)
+                    return
                 async with transaction(self._sessionmaker) as db:
-                    # Conditional on still owning the run: if this process stalled past its lease and
-                    # another replica's recovery ended the run, nothing is written (the event would
-                    # collide with that end). Every seq shown is in the log once this commits: the
-                    # reservation ends with the run, with the session's state after it.
                     if not await RunRepository(db).end(end, item.envelope, session_values):
                         raise RunTakenOver(channel.run_id)
                     await self.notifier.announce(db, channel.session_id, item.envelope.seq)

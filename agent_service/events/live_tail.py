@@ -84,6 +84,12 @@ class LiveTailNotifier(ABC):
         followers once (and only if) the transaction commits."""
         await self.announce_many(db, {session_id: seq})
 
+    def notification(self, session_id: str, seq: int) -> tuple[str, str] | None:
+        """``announce`` as the channel and payload of a NOTIFY that a single statement adding the
+        events can send itself (PostgreSQL), so that the statement needs no transaction around it;
+        None when announcing takes a step of its own in the transaction (``announce``)."""
+        return None
+
     @abstractmethod
     async def announce_many(self, db: AsyncSession, last_seqs: dict[str, int]) -> None:
         """``announce`` for every session a group commit wrote, in one statement."""
@@ -140,8 +146,11 @@ class PostgresNotifier(LiveTailNotifier):
         self._listening = asyncio.Event()
         self._closing = asyncio.Event()
 
+    def notification(self, session_id: str, seq: int) -> tuple[str, str] | None:
+        return CHANNEL, _payload(session_id, seq)
+
     async def announce_many(self, db: AsyncSession, last_seqs: dict[str, int]) -> None:
-        payloads = [f"{session_id}:{seq}" for session_id, seq in last_seqs.items()]
+        payloads = [_payload(session_id, seq) for session_id, seq in last_seqs.items()]
         await db.execute(
             text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS text[])) AS payload"),
             {"channel": CHANNEL, "payloads": payloads},
@@ -216,3 +225,7 @@ def build_notifier(url: URL, *, fallback_poll_s: float, local_poll_s: float, rec
     if url.get_backend_name() == "postgresql":
         return PostgresNotifier(url, fallback_poll_s, received)
     return LocalNotifier(local_poll_s, received)
+
+
+def _payload(session_id: str, seq: int) -> str:
+    return f"{session_id}:{seq}"  # read back by ``PostgresNotifier._on_notification``

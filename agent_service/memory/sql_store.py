@@ -8,12 +8,12 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, Text, delete, insert, select, text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent_service.memory.store import Candidate, Memory, Owner
 from agent_service.tools.knowledge.repository import query_terms
 from shared.db import UTCDateTime
-from shared.transactions import transaction
+from shared.transactions import autocommit, transaction
 
 metadata = MetaData()
 
@@ -87,17 +87,20 @@ class SqlMemoryStore:
             ]
 
     @asynccontextmanager
-    async def _alone(self, *, write: bool) -> AsyncIterator[AsyncSession | AsyncConnection]:
-        """Where one statement runs by itself. PostgreSQL: a connection in autocommit, as the
-        statement is atomic alone: no BEGIN and COMMIT (or ROLLBACK) around it, two round trips of
-        every run's recall and remember. SQLite: the session, in a transaction when it writes (a
-        switch of mode would cost a hop to the driver's thread instead)."""
-        if write and not self._postgres:
+    async def _alone(self, *, write: bool) -> AsyncIterator[AsyncSession]:
+        """Where one statement runs by itself. PostgreSQL: in autocommit, as the statement is atomic
+        alone: no BEGIN and COMMIT (or ROLLBACK) around it, two round trips of every run's recall and
+        remember. SQLite: the session, in a transaction when it writes (a switch of mode would cost a
+        hop to the driver's thread instead)."""
+        if self._postgres:
+            async with autocommit(self._sessionmaker) as db:
+                yield db
+        elif write:
             async with transaction(self._sessionmaker) as db:
                 yield db
-            return
-        async with self._sessionmaker() as db:
-            yield await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"}) if self._postgres else db
+        else:
+            async with self._sessionmaker() as db:
+                yield db
 
     async def list(self, owner: Owner, limit: int) -> list[Memory]:
         async with self._sessionmaker() as db:

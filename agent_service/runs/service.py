@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -111,7 +112,10 @@ class RunService:
         self, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile, early: EarlyModelCall,
     ) -> RunHandle | Claim:
         """The claim's transaction: the run its key started (joined), or the session claimed for a
-        new run and the run's row written."""
+        new run and the run's row written (one statement on PostgreSQL after the session's read,
+        ``SessionRepository.insert_with_run`` and ``claim``). In a transaction even where it is one
+        statement: a claim cancelled while the statement runs (its client gone) must leave nothing,
+        which only a rollback can promise; in autocommit the statement may commit a run nobody starts."""
         now = utcnow()
         async with transaction(self._sessionmaker) as db:
             if key is not None:
@@ -122,36 +126,39 @@ class RunService:
                 if joined is not None:
                     return joined
             if request.session_id is None:
-                claim = await self._claim_new(db, request, session_id, profile, early, now)
+                claim = await self._claim_new(db, request, key, session_id, profile, early, now)
             else:
-                claim = await self._claim_session(db, request, profile, early, now)
-            if claim is not None:
-                await RunRepository(db).insert(
-                    id=claim.run_id, session_id=session_id, idempotency_key=key, status=SessionStatus.ACTIVE.value,
-                    first_seq=claim.first_seq, started_at=now, owner_id=self._manager.owner_id,
-                    lease_expires_at=self._manager.lease_until(now), traceparent=self._tracing.traceparent(),
-                )
+                claim = await self._claim_session(db, request, key, profile, early, now)
         if claim is None:
             raise QuestionExpired("the question expired before it was answered; send a new message")
         return claim
 
+    def _run_row(self, run_id: str, session_id: str, first_seq: int, key: str | None, now: datetime) -> dict[str, Any]:
+        return {
+            "id": run_id, "session_id": session_id, "idempotency_key": key, "status": SessionStatus.ACTIVE.value,
+            "first_seq": first_seq, "started_at": now, "owner_id": self._manager.owner_id,
+            "lease_expires_at": self._manager.lease_until(now), "traceparent": self._tracing.traceparent(),
+        }
+
     async def _claim_new(
-        self, db: AsyncSession, request: ExecuteRequest, session_id: str, profile: Profile, early: EarlyModelCall,
-        now: datetime,
+        self, db: AsyncSession, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile,
+        early: EarlyModelCall, now: datetime,
     ) -> Claim:
         state = RunState.first(request, profile.system_prompt)
         early.start(state, 1, profile)
         run_id = early.run_id
-        await SessionRepository(db).insert(
-            id=session_id, profile_name=profile.name, status=SessionStatus.ACTIVE.value,
-            user_context=request.user_context.model_dump(mode="json"), transcript=state.transcript_json(),
-            run_state=None, pending_question=None, last_seq=0, seq_reserved=self._log.seq_block, current_run_id=run_id,
-            created_at=now, updated_at=now,
+        await SessionRepository(db).insert_with_run(
+            {"id": session_id, "profile_name": profile.name, "status": SessionStatus.ACTIVE.value,
+             "user_context": request.user_context.model_dump(mode="json"), "transcript": state.transcript_json(),
+             "run_state": None, "pending_question": None, "last_seq": 0, "seq_reserved": self._log.seq_block,
+             "current_run_id": run_id, "created_at": now, "updated_at": now},
+            self._run_row(run_id, session_id, 1, key, now),
         )
         return Claim(session_id, run_id, 1, self._log.seq_block, profile, state, None, request.user_context)
 
     async def _claim_session(
-        self, db: AsyncSession, request: ExecuteRequest, profile: Profile, early: EarlyModelCall, now: datetime,
+        self, db: AsyncSession, request: ExecuteRequest, key: str | None, profile: Profile, early: EarlyModelCall,
+        now: datetime,
     ) -> Claim | None:
         """None: the answered question had expired (its end is written, the answer refused)."""
         sessions = SessionRepository(db)
@@ -189,6 +196,7 @@ class RunService:
             {"profile_name": profile.name, "transcript": state.transcript_json(),
              "run_state": state.to_json() if turn.resume else None, "pending_question": None,
              "seq_reserved": reserved},
+            run=self._run_row(early.run_id, session.id, first_seq, key, now),
         )
         if not claimed:
             raise RunInProgress({"message": "another run claimed this session", "session_id": session.id})

@@ -11,6 +11,15 @@ import re
 from typing import Self
 
 from sqlalchemy import event as sa_event
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from agent_service.events.live_tail import build_notifier
+from agent_service.migrate import run_migrations
+from agent_service.repository import RunEnd, RunRepository, SessionRepository
+from shared.db import create_engine, create_sessionmaker
+from shared.protocol import EventEnvelope, EventType, SessionStatus, utcnow
+from shared.transactions import autocommit, transaction
 
 GROUP_COMMIT_TASK = "agent-event-writer"
 ALICE = {"user_id": "alice", "org_id": "acme"}
@@ -44,12 +53,22 @@ class RunStatements:
         sa_event.remove(self.engine, "before_cursor_execute", self._record)
 
 
+def _new_session_claim(postgres: bool) -> list[str]:
+    # The session's row and its first run's: on PostgreSQL one statement (in the claim's transaction).
+    return ["WITH agent_sessions"] if postgres else ["INSERT agent_sessions", "INSERT agent_runs"]
+
+
+def _session_claim(postgres: bool) -> list[str]:
+    # After the session's row is read and locked: claimed, and the run's row written if it was.
+    return ["WITH agent_sessions"] if postgres else ["UPDATE agent_sessions", "INSERT agent_runs"]
+
+
 def _terminal(postgres: bool) -> list[str]:
     # The run's end (ownership checked), the session's state after it with the log's end, the event:
-    # on PostgreSQL one statement (data-modifying CTEs), and followers in other processes are told
-    # (NOTIFY) in the same transaction.
+    # on PostgreSQL one statement (data-modifying CTEs) that also tells followers in other processes
+    # (its NOTIFY), run in autocommit: no BEGIN and COMMIT around it.
     if postgres:
-        return ["WITH agent_runs", "SELECT pg_notify"]
+        return ["WITH agent_runs"]
     return ["UPDATE agent_runs", "UPDATE agent_sessions", "INSERT agent_events"]
 
 
@@ -65,7 +84,7 @@ async def test_a_run_costs_its_claim_recall_terminal_write_and_memory_write_and_
         assert result.last.type.value == "COMPLETE"
         # In no fixed order: the recall runs while the claim commits (the run starts early).
         assert sorted(first.kinds) == sorted([
-            "INSERT agent_sessions", "INSERT agent_runs",  # the claim of a new session
+            *_new_session_claim(postgres),
             "SELECT agent_memories",  # recall
             *_terminal(postgres),
             "INSERT agent_memories",  # remember, after the end
@@ -76,8 +95,58 @@ async def test_a_run_costs_its_claim_recall_terminal_write_and_memory_write_and_
             await state.memory.written()
         assert result.last.type.value == "COMPLETE"
         assert sorted(next_message.kinds) == sorted([
-            "SELECT agent_sessions", "UPDATE agent_sessions", "INSERT agent_runs",  # the claim of the session
+            "SELECT agent_sessions", *_session_claim(postgres),
             "SELECT agent_memories",
             *_terminal(postgres),
             "INSERT agent_memories",
         ])
+
+
+async def _session_with_a_run(sessionmaker, session_id: str, run_id: str, owner: str) -> None:
+    now = utcnow()
+    async with transaction(sessionmaker) as db:
+        await SessionRepository(db).insert(
+            id=session_id, profile_name="default", status=SessionStatus.ACTIVE.value, user_context=ALICE,
+            transcript=[], run_state=None, pending_question=None, last_seq=0, seq_reserved=8, current_run_id=run_id,
+            created_at=now, updated_at=now,
+        )
+        await RunRepository(db).insert(
+            id=run_id, session_id=session_id, idempotency_key=None, status=SessionStatus.ACTIVE.value, first_seq=1,
+            started_at=now, owner_id=owner, lease_expires_at=now, traceparent=None,
+        )
+
+
+async def test_on_postgres_the_terminal_statement_tells_followers_itself_and_only_when_it_writes(
+    postgres_url: str,
+) -> None:
+    """The terminal write runs in autocommit, one statement with its NOTIFY: a follower is woken at the
+    end's seq when the run was this process's, and not at all when it was taken over (nothing written)."""
+    engine = create_engine(postgres_url)
+    await run_migrations(engine, "upgrade", "head")
+    sessionmaker = create_sessionmaker(engine)
+    notifier = build_notifier(make_url(postgres_url), fallback_poll_s=5, local_poll_s=0.5)
+    await notifier.start()
+    try:
+        await _session_with_a_run(sessionmaker, "s-ended", "r-ended", owner="me")
+        await _session_with_a_run(sessionmaker, "s-taken", "r-taken", owner="another replica")
+        with notifier.watch("s-taken") as taken, notifier.watch("s-ended") as ended:
+            for session_id, run_id in (("s-taken", "r-taken"), ("s-ended", "r-ended")):
+                end = RunEnd(run_id, "me", SessionStatus.COMPLETED.value, utcnow())
+                event = EventEnvelope(session_id=session_id, run_id=run_id, seq=3, type=EventType.COMPLETE,
+                                      ts=utcnow(), data={"answer": "done"})
+                async with autocommit(sessionmaker) as db:
+                    written = await RunRepository(db).end(
+                        end, event, {"status": SessionStatus.COMPLETED.value}, notifier.notification(session_id, 3))
+                assert written is (session_id == "s-ended")
+            # Notifications arrive in commit order on the one listening connection: once the second
+            # end's is in, the first one's would have been.
+            await asyncio.wait_for(ended.changed.wait(), 5)
+            assert ended.seq == 3 and not taken.changed.is_set()
+        async with sessionmaker() as db:
+            logged = (await db.execute(text("SELECT session_id, seq, type FROM agent_events ORDER BY session_id"))).all()
+            statuses = dict((await db.execute(text("SELECT id, status FROM agent_sessions"))).all())
+        assert [tuple(row) for row in logged] == [("s-ended", 3, "COMPLETE")]
+        assert statuses == {"s-ended": "COMPLETED", "s-taken": "ACTIVE"}
+    finally:
+        await notifier.aclose()
+        await engine.dispose()
