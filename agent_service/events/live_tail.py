@@ -2,9 +2,10 @@
 
 A reader of a session whose run lives in another process (another replica, another worker) follows
 the log (``EventStreamer._follow``). Every transaction that adds events of a session (the group
-commit, a run's terminal write, recovery and cancel writing an ERROR) calls ``announce`` inside that
-transaction; the notifier wakes the followers of that session once it has committed, and they read
-the new events at once.
+commit, recovery and cancel writing an ERROR) calls ``announce`` inside that transaction; the notifier
+wakes the followers of that session once it has committed, and they read the new events at once. A
+run's terminal write on PostgreSQL is one statement that sends the NOTIFY itself (``notification``),
+so that it needs no transaction around it.
 
 Why PostgreSQL LISTEN/NOTIFY and not Redis pub/sub: a NOTIFY issued inside the committing
 transaction is delivered exactly when (and only if) the transaction commits, so a woken follower
