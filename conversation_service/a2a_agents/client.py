@@ -43,6 +43,7 @@ from conversation_service.agent_client.errors import (
 from conversation_service.agent_client.retry import Sleep, call_with_retries
 from conversation_service.settings.a2a_agents import A2AAgentConfig
 from shared.sse import SSE_MEDIA_TYPE
+from shared.storable import NUL_IN_JSON, storable
 
 
 class A2AStream:
@@ -60,11 +61,7 @@ class A2AStream:
         sse = await self._connection.next_event()
         if sse is None:
             return None
-        try:
-            payload = orjson.loads(sse.data)
-        except orjson.JSONDecodeError as exc:
-            raise AgentProtocolError("invalid A2A event: not JSON") from exc
-        return parse_stream_response(self._binding.unwrap(payload))
+        return parse_stream_response(self._binding.unwrap(event_payload(sse.data)))
 
     async def aclose(self) -> None:
         await self._connection.aclose()
@@ -199,10 +196,20 @@ class A2AAgentClient:
         return bytes(out)
 
 
+def event_payload(data: str) -> Any:
+    """An A2A event's JSON; a NUL the remote agent sent becomes U+FFFD (``shared.storable``)."""
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise AgentProtocolError("invalid A2A event: not JSON") from exc
+    return storable(payload) if NUL_IN_JSON in data else payload
+
+
 def _json(body: bytes) -> Any:
     if not body:
         return None
     try:
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
+    return storable(value) if NUL_IN_JSON.encode() in body else value

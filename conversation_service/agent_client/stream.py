@@ -41,6 +41,7 @@ from shared.protocol import (
     SessionStatus,
 )
 from shared.sse import ServerSentEvent
+from shared.storable import NUL_IN_JSON, storable
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ def decode_event(sse: ServerSentEvent) -> EventEnvelope:
     payload model as well. Raises ``ValueError`` (``pydantic.ValidationError`` is one).
     """
     envelope = EventEnvelope.model_validate_json(sse.data)
+    if NUL_IN_JSON in sse.data:
+        envelope.data = storable(envelope.data)  # rare: a NUL from a tool or the model (shared.storable)
     if sse.id is not None and sse.id != str(envelope.seq):
         raise ValueError(f"SSE id {sse.id!r} does not match envelope seq {envelope.seq}")
     if envelope.type is EventType.ANSWER_CHUNK:

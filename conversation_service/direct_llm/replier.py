@@ -41,6 +41,7 @@ from shared.llm.base import CompletionOptions, LLMDone, LLMError, LLMMessage, LL
 from shared.logging import conversation_id_var
 from shared.protocol import utcnow
 from shared.rate_limit import RateLimited, RateLimiter, Wait
+from shared.storable import storable
 from shared.tokens import count_messages_tokens, count_tokens
 from shared.transactions import Transactions
 
@@ -154,8 +155,9 @@ class DirectLLMReplier:
                     if first:
                         self._metrics.first_chunk_seconds.observe(time.perf_counter() - started)
                         first = False
-                    parts.append(event.text)
-                    await self._publisher.emit(reply.conversation_id, MessageDelta(message.id, event.text))
+                    text = storable(event.text)
+                    parts.append(text)
+                    await self._publisher.emit(reply.conversation_id, MessageDelta(message.id, text))
                 elif isinstance(event, LLMDone):
                     break
         except Exception as exc:  # the provider or the network failed: the user must see it

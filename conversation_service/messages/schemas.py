@@ -3,9 +3,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shared.protocol import MAX_CONTENT_CHARS, MAX_ID_CHARS
+from shared.storable import NUL
 
 
 class MessageCreate(BaseModel):
@@ -14,6 +15,14 @@ class MessageCreate(BaseModel):
     # The outer cap of the contract; the configured, smaller limit answers 413.
     content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS)]
     client_message_id: Annotated[str | None, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[\x21-\x7e]+$")] = None
+
+    @field_validator("content")
+    @classmethod
+    def _no_nul(cls, content: str) -> str:
+        if NUL in content:
+            # PostgreSQL cannot store it (shared.storable); refused, not changed: it is the user's own text.
+            raise ValueError("content must not contain NUL characters")
+        return content
 
 
 class MessageOut(BaseModel):

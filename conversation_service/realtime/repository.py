@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import bindparam, case, func, insert, select, text, update
 
@@ -10,6 +9,7 @@ from conversation_service.db.models import Conversation, ConversationFrame, Turn
 from conversation_service.db.repository import Repository
 from conversation_service.realtime.frames import Frame, FrameType, TurnProgress
 from shared.db import UTCDateTime, json_dumps
+from shared.storable import NUL_IN_JSON, storable
 
 _conversations = Conversation.__table__
 _turns = Turn.__table__
@@ -39,21 +39,12 @@ _PG_INSERT_FRAMES = text(
 def _frames_document(frames: Sequence[Frame]) -> str:
     rows = [{"conversation_id": f.conversation_id, "seq": f.seq, "type": f.type, "data": f.data} for f in frames]
     document = json_dumps(rows)
-    if "\\u0000" in document:
-        # jsonb refuses a NUL character, and would refuse the batch with it: every streaming
-        # conversation's frames. Rare (a tool's output shown as it came): replaced where it occurs.
-        document = json_dumps([row | {"data": _without_nul(row["data"])} for row in rows])
+    if NUL_IN_JSON in document:
+        # jsonb refuses a NUL, and would refuse the batch with it: every streaming conversation's
+        # frames. Text from the agent and the model is made storable where it comes in; this covers
+        # any other frame's data.
+        document = json_dumps([row | {"data": storable(row["data"])} for row in rows])
     return document
-
-
-def _without_nul(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, dict):
-        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_without_nul(v) for v in value]
-    return value
 
 
 class FrameRepository(Repository):

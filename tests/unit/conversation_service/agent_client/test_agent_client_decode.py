@@ -44,3 +44,12 @@ def test_the_sse_id_must_match_the_seq() -> None:
     sse.id = "4"
     with pytest.raises(ValueError, match="does not match"):
         decode_event(sse)
+
+
+def test_a_nul_from_the_agent_arrives_as_the_replacement_character() -> None:
+    # PostgreSQL could not store it in the reply or its frames (shared.storable).
+    assert decode_event(chunk({"text": "a\x00b"})).data == {"text": "a\ufffdb"}
+    tool_end = {"session_id": "s", "run_id": "r", "seq": 4, "type": "TOOL_END", "ts": "2026-01-01T00:00:00Z",
+                "data": {"call_id": "c", "tool": "t", "ok": True, "result": {"out\x00": ["\x00"]}, "duration_ms": 1.0}}
+    event = decode_event(ServerSentEvent("TOOL_END", orjson.dumps(tool_end).decode(), "4"))
+    assert event.data["result"] == {"out\ufffd": ["\ufffd"]}
