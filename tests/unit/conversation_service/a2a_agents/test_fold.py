@@ -119,4 +119,3 @@ def test_a_new_chunk_after_a_snapshot_is_shown() -> None:
     fold = TaskFold(delivered="", context_id="c1", task_id="t1")
     events = feed(fold, task("TASK_STATE_WORKING", "a", "b"), chunk("c"), chunk("b"))
     assert [d["text"] for _, d in events] == ["ab", "c", "b"]
-
