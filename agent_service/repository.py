@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from agent_service.models import AgentEvent, AgentRun, AgentSession
-from shared.db import json_dumps
+from shared.db import json_dumps, on_postgres
 from shared.protocol import EventEnvelope, EventType, SessionStatus
 
 _EVENTS = AgentEvent.__table__
@@ -115,10 +115,6 @@ _PG_HELD = text(
 )
 
 
-def _postgres(db: AsyncSession) -> bool:
-    return db.get_bind().dialect.name == "postgresql"
-
-
 @dataclass(frozen=True, slots=True)
 class RunEnd:
     """What the end of a run this process executes records on the run's own row."""
@@ -172,7 +168,7 @@ class SessionRepository:
 
     async def insert_with_run(self, session: dict[str, Any], run: dict[str, Any]) -> None:
         """A new session's row and its first run's: one statement on PostgreSQL, two on SQLite."""
-        if _postgres(self.db):
+        if on_postgres(self.db):
             statement = _pg_insert_with_run(tuple(session), tuple(run))
             await self.db.execute(statement, {f"s_{k}": v for k, v in session.items()} | {f"r_{k}": v for k, v in run.items()})
             return
@@ -190,7 +186,7 @@ class SessionRepository:
             .values(status=SessionStatus.ACTIVE.value, current_run_id=run_id, updated_at=now, **values)
             .execution_options(synchronize_session=False)
         )
-        if _postgres(self.db):
+        if on_postgres(self.db):
             claimed = claim.returning(_SESSIONS.c.id).cte("claimed")
             result = await self.db.execute(
                 insert(_RUNS).from_select(list(run), select(*_bound("r_", _RUNS, run)).select_from(claimed)).add_cte(claimed),
@@ -256,7 +252,7 @@ class SessionRepository:
         a hop to the driver's thread and back) each, per batch."""
         if not last_seqs:
             return
-        if _postgres(self.db):
+        if on_postgres(self.db):
             seqs = [{"id": session_id, "seq": seq} for session_id, seq in last_seqs.items()]
             await self.db.execute(_PG_BUMP_LAST_SEQS, {"seqs": json_dumps(seqs)})
         else:
@@ -293,7 +289,7 @@ class RunRepository:
             "f_run_id": end.run_id, "f_owner_id": end.owner_id, "f_active": SessionStatus.ACTIVE.value,
             "f_status": end.status, "f_ended_at": end.ended_at, "f_error_code": end.error_code, "f_usage": end.usage,
         }
-        if _postgres(self.db):
+        if on_postgres(self.db):
             params |= {"c_session_id": event.session_id, "c_seq": event.seq}
             params |= {f"c_{name}": value for name, value in session_values.items()}
             params |= {"e_session_id": event.session_id, "e_seq": event.seq, "e_run_id": event.run_id,
@@ -311,7 +307,7 @@ class RunRepository:
 
     async def held(self, run_ids: Iterable[str], owner_id: str) -> set[str]:
         """Those of ``run_ids`` still ACTIVE under ``owner_id``."""
-        if _postgres(self.db):
+        if on_postgres(self.db):
             result = await self.db.execute(
                 _PG_HELD, {"ids": list(run_ids), "owner": owner_id, "active": SessionStatus.ACTIVE.value}
             )
@@ -385,7 +381,7 @@ class EventRepository:
         self.db = db
 
     async def insert_many(self, envelopes: Sequence[EventEnvelope]) -> None:
-        if _postgres(self.db):
+        if on_postgres(self.db):
             rows = [
                 {"session_id": env.session_id, "seq": env.seq, "run_id": env.run_id, "type": env.type.value,
                  "ts": env.ts, "data": json_dumps(env.data)}

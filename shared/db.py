@@ -13,7 +13,13 @@ import orjson
 from sqlalchemy import DateTime, event
 from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import DisconnectionError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.types import TypeDecorator
 
 from shared.fastpath.sqlite_gate import gate_writers
@@ -21,6 +27,11 @@ from shared.fastpath.sqlite_gate import gate_writers
 
 def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
+
+
+def on_postgres(db: AsyncSession) -> bool:
+    """Whether ``db`` runs on PostgreSQL: the repositories' one test for their PostgreSQL statements."""
+    return db.get_bind().dialect.name == "postgresql"
 
 
 def ensure_sqlite_dir(url: str) -> None:

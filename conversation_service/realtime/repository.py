@@ -8,7 +8,7 @@ from sqlalchemy import bindparam, case, func, insert, select, text, update
 from conversation_service.db.models import Conversation, ConversationFrame, Turn, TurnKind, utcnow
 from conversation_service.db.repository import Repository
 from conversation_service.realtime.frames import Frame, FrameType, TurnProgress
-from shared.db import UTCDateTime, json_dumps
+from shared.db import UTCDateTime, json_dumps, on_postgres
 from shared.storable import NUL_IN_JSON, storable
 
 _conversations = Conversation.__table__
@@ -52,7 +52,7 @@ class FrameRepository(Repository):
         if not frames:
             return
         now = utcnow()
-        if self.session.get_bind().dialect.name == "postgresql":
+        if on_postgres(self.session):
             await self.session.execute(_PG_INSERT_FRAMES, {"rows": _frames_document(frames), "now": now})
         else:
             # A Core insert on the table: the ORM's bulk-insert path costs more per row than the
