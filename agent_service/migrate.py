@@ -7,10 +7,10 @@ from alembic.config import Config
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_service.settings import REPO_ROOT
+from migrations import MIGRATIONS_DIR
 from shared.db import create_engine, migration_connection
 
-SCRIPT_LOCATION = REPO_ROOT / "migrations" / "agent"
+SCRIPT_LOCATION = MIGRATIONS_DIR / "agent"
 
 
 def alembic_config(url: str) -> Config:

@@ -6,15 +6,14 @@ The service already has an async engine; Alembic is synchronous, so the migratio
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from alembic import command
 from alembic.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from migrations import MIGRATIONS_DIR as ALL_MIGRATIONS
 from shared.db import create_engine, migration_connection
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations" / "conversation"
+MIGRATIONS_DIR = ALL_MIGRATIONS / "conversation"
 HEAD = "head"
 
 

@@ -53,12 +53,18 @@ async def serve_app(
 
 
 class ServiceProcess:
-    """``python -m <module> --host 127.0.0.1 --port P`` in a child process."""
+    """``python -m <module> --host 127.0.0.1 --port P`` in a child process: this checkout's, or with
+    ``python`` and ``cwd`` another installation's (an installed wheel, an earlier release)."""
 
-    def __init__(self, module: str, env: dict[str, str], port: int | None = None, args: list[str] = ()) -> None:
+    def __init__(
+        self, module: str, env: dict[str, str], port: int | None = None, args: list[str] = (),
+        python: str | Path = sys.executable, cwd: Path = REPO_ROOT,
+    ) -> None:
         self.module = module
         self.args = list(args)
         self.port = port or free_port()
+        self.python = str(python)
+        self.cwd = cwd
         self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
@@ -71,9 +77,9 @@ class ServiceProcess:
         self.log_path = log_dir / f"{self.module}-{self.port}-{int(time.time() * 1000)}.log"
         with open(self.log_path, "wb") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", self.module, "--host", "127.0.0.1", "--port", str(self.port), *self.args],
+                [self.python, "-m", self.module, "--host", "127.0.0.1", "--port", str(self.port), *self.args],
                 env=self.env,
-                cwd=REPO_ROOT,
+                cwd=self.cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

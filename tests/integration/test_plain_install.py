@@ -1,0 +1,108 @@
+"""What ships is what is tested: the wheel, installed without extras into a fresh virtual environment outside
+the checkout (as the Dockerfile installs it), imports every module, migrates both databases, starts both
+services and answers a delegated message end to end. A dependency that only the test extras bring in (as
+``cryptography`` once was) fails here, not in an operator's crash-looping container."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+import websockets
+
+from conversation_service.auth.tokens import issue_token
+from tests.support.install import build_wheel, clean_env, install
+from tests.support.servers import ServiceProcess
+
+SECRET = "plain-install-secret-0123456789abcdef0123456789"
+AGENT_KEY = "plain-install-agent-key-0123456789"
+PACKAGES = ("shared", "agent_service", "conversation_service")
+
+# Run by the installed interpreter in isolated mode (-I: no checkout on sys.path, no PYTHON* variables).
+IMPORT_EVERY_MODULE = """
+import importlib, json, pkgutil, sys
+found, failed = {}, {}
+for top in %r:
+    package = importlib.import_module(top)
+    found[top] = package.__file__
+    for module in pkgutil.walk_packages(package.__path__, top + "."):
+        try:
+            found[module.name] = importlib.import_module(module.name).__file__
+        except BaseException as exc:
+            failed[module.name] = repr(exc)
+print(json.dumps({"found": found, "failed": failed}))
+""" % (PACKAGES,)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The installed environment's python (built and installed once for this module's tests)."""
+    where = tmp_path_factory.mktemp("plain-install")
+    return install(build_wheel(where / "build"), where / "venv")
+
+
+def test_every_module_imports_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(installed), "-I", "-c", IMPORT_EVERY_MODULE], cwd=tmp_path, env=clean_env(),
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["failed"] == {}, report["failed"]
+    site = str(installed.parent.parent)
+    outside = {name: file for name, file in report["found"].items() if not file.startswith(site)}
+    assert outside == {}, "modules imported from outside the installed environment"
+    # Every package of the project, not a handful: the walk reached the deep modules too.
+    assert {"conversation_service.app", "agent_service.app", "conversation_service.auth.sealing"} <= set(report["found"])
+
+
+async def test_the_installed_services_migrate_start_and_answer_a_delegated_message(
+    installed: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    (run / "docs").mkdir(parents=True)
+    agent_env = clean_env(
+        AGENT_SERVICE_DATABASE_URL=f"sqlite+aiosqlite:///{run}/agent.db", AGENT_SERVICE_API_KEYS=AGENT_KEY,
+        AGENT_SERVICE_MIGRATE_ON_START="false", AGENT_SERVICE_KNOWLEDGE_DIR=str(run / "docs"),
+        LLM_PROVIDER="builtin",
+    )
+    chat_env = clean_env(
+        CONVERSATION_DATABASE_URL=f"sqlite+aiosqlite:///{run}/chat.db", AGENT_SERVICE_API_KEY=AGENT_KEY,
+        AUTH_JWT_SECRET=SECRET, MIGRATE_ON_START="false", LLM_PROVIDER="builtin",
+    )
+    # Migrated explicitly, as an operator (or the migration Job) does before starting replicas.
+    for module, env in (("agent_service", agent_env), ("conversation_service", chat_env)):
+        done = subprocess.run(
+            [str(installed), "-m", module, "migrate"], cwd=run, env=env, capture_output=True, text=True, timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    agent = ServiceProcess("agent_service", agent_env, python=installed, cwd=run)
+    await agent.start(run)
+    chat = ServiceProcess("conversation_service", {**chat_env, "AGENT_SERVICE_URL": agent.url}, python=installed, cwd=run)
+    try:
+        await chat.start(run)
+        headers = {"Authorization": f"Bearer {issue_token(SECRET, 'alice', 'acme', ttl_s=600)}"}
+        async with httpx.AsyncClient(base_url=chat.url, headers=headers, timeout=30) as http:
+            created = await http.post("/conversations", json={"title": "installed"})
+            assert created.status_code == 201, created.text
+            cid = created.json()["id"]
+            ws_url = chat.url.replace("http://", "ws://") + f"/conversations/{cid}/ws"
+            async with websockets.connect(ws_url, additional_headers=headers) as ws:
+                sent = await http.post(f"/conversations/{cid}/messages", json={"content": "/agent what is 17*23"})
+                assert sent.status_code == 202 and sent.json()["route"]["target"] == "agent", sent.text
+                frames: list[dict] = []
+                async with asyncio.timeout(60):
+                    while not frames or frames[-1]["type"] not in ("agent.complete", "agent.error"):
+                        frames.append(orjson.loads(await ws.recv()))
+        assert frames[-1]["type"] == "agent.complete", frames[-1]
+        answers = [f["data"]["content"] for f in frames if f["type"] == "message.completed"]
+        assert len(answers) == 1 and "391" in answers[0], answers
+    finally:
+        await chat.stop()
+        await agent.stop()
