@@ -49,6 +49,11 @@ class Tool(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     parameters: ClassVar[dict[str, Any]]
+    # Whether calling it again with the same arguments is harmless (reads, pure functions). A run
+    # continued after a crash repeats a call whose outcome is unknown only for such a tool; any other
+    # is not repeated and the model is told its outcome is unknown. An MCP tool takes it from its
+    # ``idempotentHint``. Off unless a tool says so: repeating an effect is the costly mistake.
+    idempotent: ClassVar[bool] = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)

@@ -10,6 +10,7 @@ from shared.arithmetic import MAX_EXPRESSION_CHARS, ExpressionError, evaluate
 
 class CalculatorTool(Tool):
     name = "calculator"
+    idempotent = True
     description = (
         "Evaluate an arithmetic expression exactly. Supports numbers, + - * / // % ** (or ^), "
         "parentheses, pi, e and the functions sqrt, abs, round, floor, ceil, log, log10, exp, sin, cos, tan."

@@ -29,6 +29,7 @@ def resolve_zone(name: str | None) -> ZoneInfo | timezone:
 
 class CurrentTimeTool(Tool):
     name = "current_time"
+    idempotent = True
     description = "The current date and time, in UTC or in an IANA time zone such as Europe/Lisbon."
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",

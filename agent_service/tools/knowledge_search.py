@@ -17,6 +17,7 @@ MAX_SNIPPET_CHARS = 400
 
 class KnowledgeSearchTool(Tool):
     name = "knowledge_search"
+    idempotent = True
     description = (
         "Search the knowledge base (the product's documentation) and return the most relevant documents "
         "with a title, path, snippet and score. Use it for questions about how the product works."
