@@ -26,6 +26,7 @@ from agent_service.a2a.reader import TaskReader
 from agent_service.a2a.service import A2AService
 from agent_service.a2a.streams import TaskStreams
 from agent_service.a2a.transport import A2AParts
+from agent_service.access.resolver import CallerResolver
 from agent_service.errors import install_error_handlers
 from agent_service.events.event_log import EventLog
 from agent_service.events.live_tail import build_notifier
@@ -90,8 +91,8 @@ class AgentState:
     streamer: EventStreamer
     # None when AGENT_SERVICE_MEMORY_ENABLED is off.
     memory: LongTermMemory | None = None
-    # Access tokens of the identity provider (AGENT_SERVICE_AUTH_OIDC_ISSUER); None: API keys only.
-    token_verifier: AccessTokenVerifier | None = None
+    # Who each credential is (API keys, and with AGENT_SERVICE_AUTH_OIDC_ISSUER access tokens).
+    callers: CallerResolver | None = None
     # The A2A server's parts (its routes reach them through ``agent_service.a2a.transport.parts``).
     a2a: A2AParts | None = None
 
@@ -267,9 +268,8 @@ async def build_agent(
         default_model=default_model(settings.llm, provider), memory=memory, tracing=tracing,
     )
     event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics, tracing)
-    token_verifier = await build_token_verifier(stack, settings, metrics)
-    if not settings.api_keys and token_verifier is None:
-        log.warning("AGENT_SERVICE_API_KEYS is empty: every authenticated request is refused")
+    callers = CallerResolver(settings, await build_token_verifier(stack, settings, metrics))
+    callers.describe()
     run_service = RunService(
         settings=settings, sessionmaker=sessionmaker, profiles=profiles, manager=manager, event_log=event_log,
         admission=run_admission(settings, metrics), tracing=tracing,
@@ -283,7 +283,7 @@ async def build_agent(
     return AgentState(
         settings=settings, metrics=metrics, db_engine=db_engine, profiles=profiles,
         run_manager=manager, lease_keeper=keeper, run_service=run_service, session_service=session_service,
-        streamer=streamer, memory=memory, token_verifier=token_verifier,
+        streamer=streamer, memory=memory, callers=callers,
         a2a=build_a2a(
             settings, profiles, run_service, session_service, streamer, event_log, sessionmaker,
             stopping=app.state.shutdown.begun,
@@ -299,8 +299,6 @@ def build_a2a(
     if settings.a2a_profile not in {profile.name for profile in profiles.all()}:
         log.warning("AGENT_SERVICE_A2A_PROFILE names no profile: A2A messages without a skillId are refused",
                     extra={"profile": settings.a2a_profile})
-    if settings.a2a_allow_anonymous:
-        log.warning("AGENT_SERVICE_A2A_ALLOW_ANONYMOUS is on: A2A requests need no API key (conformance tests only)")
     service = A2AService(
         settings=settings, runs=run_service, sessions=session_service, reader=TaskReader(sessionmaker, event_log),
         streamer=streamer, event_log=event_log,
@@ -333,7 +331,8 @@ def create_app(
     for module in (health, runs_router, sessions_router, profiles_router, memory_router, a2a_router, a2a_jsonrpc):
         app.include_router(module.router)
     install_heap_profile(app, settings.debug)  # only with DEBUG_HEAP_PROFILE=1
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # The A2A bindings refuse an oversized body in their own error format.
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, render=a2a_jsonrpc.too_large)
     app.add_middleware(RequestIdMiddleware)
     # Outermost, so the count includes answers of the other middleware (413) and unhandled errors.
     app.add_middleware(HttpMetricsMiddleware)

@@ -36,6 +36,14 @@ class Unauthorized(AgentServiceError):
     headers: ClassVar[dict[str, str] | None] = {"WWW-Authenticate": 'Bearer realm="agent_service"'}
 
 
+class Forbidden(AgentServiceError):
+    """The caller is known but may not do this: act for another user or organisation, or use a door
+    its permissions do not open. (A resource it may not see is not found instead: 404.)"""
+
+    status_code = 403
+    error = "forbidden"
+
+
 class IdentityProviderUnavailable(AgentServiceError):
     """An access token could not be checked: the identity provider's keys cannot be read."""
 

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from agent_service.access.caller import LEGACY_PRINCIPAL, Owner
 from shared.db import UTCDateTime
 
 
@@ -22,6 +23,10 @@ class Base(DeclarativeBase):
 
 class AgentSession(Base):
     __tablename__ = "agent_sessions"
+    __table_args__ = (
+        Index("ix_agent_sessions_owner_updated", "owner", "updated_at"),
+        Index("ix_agent_sessions_user_updated", "org_id", "user_id", "updated_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     profile_name: Mapped[str] = mapped_column(String(128))
@@ -40,6 +45,11 @@ class AgentSession(Base):
     current_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    # a0007: the caller that created it (``Caller.principal``) and the user it acts for
+    # (``user_context``'s, as columns a list can filter on): who may see it (``access.caller``).
+    owner: Mapped[str] = mapped_column(String(160), default=LEGACY_PRINCIPAL, server_default=LEGACY_PRINCIPAL)
+    user_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    org_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class AgentRun(Base):
@@ -68,6 +78,8 @@ class AgentRun(Base):
     cancel_requested_at: Mapped[datetime | None] = mapped_column(nullable=True)
     # a0006: the W3C traceparent of the request that started the run (NULL: tracing off).
     traceparent: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # a0007: the caller that started it (an answer may come from another caller than the session's).
+    owner: Mapped[str] = mapped_column(String(160), default=LEGACY_PRINCIPAL, server_default=LEGACY_PRINCIPAL)
 
 
 class AgentEvent(Base):
@@ -82,6 +94,10 @@ class AgentEvent(Base):
     type: Mapped[str] = mapped_column(String(32))
     ts: Mapped[datetime]
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+def owner_of(session: AgentSession) -> Owner:
+    return Owner(principal=session.owner, user_id=session.user_id, org_id=session.org_id)
 
 
 def next_seq(session: AgentSession) -> int:

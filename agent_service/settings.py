@@ -9,9 +9,17 @@ variable read once.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.db import is_sqlite
@@ -33,12 +41,47 @@ class AgentOIDCSettings(OIDCSettings):
     model_config = SettingsConfigDict(env_prefix="AGENT_SERVICE_AUTH_OIDC_", extra="ignore", case_sensitive=False)
 
 
+_Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[!-~]+$")]
+_PERMISSIONS = ("runs", "a2a", "memory")
+
+
+class CallerKeySettings(BaseModel):
+    """One caller holding an API key (``AGENT_SERVICE_CALLERS``, a JSON list of these): its name (recorded
+    as the owner of what it creates), its kind, the organisations it may act for (``*``: any, for a
+    service) and the doors it may use. Only the key's SHA-256 is configured
+    (``python -m agent_service hash-key`` prints it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: _Name
+    key_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{64}$")]
+    kind: Literal["service", "agent"] = "service"
+    orgs: Annotated[list[_Name], Field(min_length=1, max_length=1000)] = ["*"]
+    permissions: list[Literal["runs", "a2a", "memory"]] = list(_PERMISSIONS)
+
+    @model_validator(mode="after")
+    def _any_or_a_list(self) -> CallerKeySettings:
+        if "*" in self.orgs and len(self.orgs) > 1:
+            raise ValueError("orgs: '*' (any) or a list of organisations, not both")
+        return self
+
+
 class AgentServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENT_SERVICE_", extra="ignore", populate_by_name=True)
 
     database_url: str = "sqlite+aiosqlite:///var/agent_service.db"
-    # Several keys are valid at once so a key can be rotated without downtime.
+    # Several keys are valid at once so a key can be rotated without downtime. Each plain key is the
+    # full-trust service "default" (compatibility; said at start-up): name callers in ``callers`` instead.
     api_keys: Annotated[list[str], NoDecode] = []
+    # Callers with an API key each, a name, organisations and permissions (docs/operations.md, "Who can
+    # do what"). Two entries may share a name (a key being rotated): they are the same caller.
+    callers: Annotated[list[CallerKeySettings], Field(max_length=10_000)] = []
+    # Access tokens (auth_oidc) of these clients (azp / client_id) are services that act for users;
+    # of those in auth_agent_clients, outside agents that act as themselves; a token that carries
+    # auth_service_role in its permissions claim is a service too. Any other token is a user's.
+    auth_service_clients: Annotated[list[str], NoDecode] = []
+    auth_agent_clients: Annotated[list[str], NoDecode] = []
+    auth_service_role: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     # AGENT_SERVICE_AUTH_OIDC_ISSUER/_AUDIENCE...: bearer access tokens of the identity provider are
     # accepted too, so the services need share no key.
     auth_oidc: AgentOIDCSettings = Field(default_factory=AgentOIDCSettings)
@@ -140,10 +183,6 @@ class AgentServiceSettings(BaseSettings):
     # A text file is read inline, another is named to the model; a file of a type not listed is
     # refused with ContentTypeNotSupportedError. Empty: no files.
     a2a_file_types: Annotated[list[str], NoDecode, Field(max_length=100)] = ["*/*"]
-    # FOR CONFORMANCE TESTS ONLY, off by default: A2A requests need no API key, and the card says
-    # so. The A2A conformance kit (TCK) cannot send one. Never set in production: anyone who can
-    # reach the port could then run the agent.
-    a2a_allow_anonymous: bool = False
     log_level: str = "INFO"
     llm: LLMSettings = Field(default_factory=LLMSettings)
     # Limits on model calls per organisation and model (AGENT_SERVICE_RATE_LIMIT_*).
@@ -153,7 +192,10 @@ class AgentServiceSettings(BaseSettings):
     redis_url: str | None = Field(default=None, validation_alias=AliasChoices("redis_url", "REDIS_URL"))
     debug: HeapProfileSettings = Field(default_factory=HeapProfileSettings)
 
-    @field_validator("api_keys", "hooks", "blocked_tools", "a2a_file_types", mode="before")
+    @field_validator(
+        "api_keys", "hooks", "blocked_tools", "a2a_file_types", "auth_service_clients", "auth_agent_clients",
+        mode="before",
+    )
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):

@@ -193,6 +193,13 @@ async def build_auth(
             if not oidc.login_enabled:
                 yield auth
                 return
+            if oidc.client_id == oidc.audience:
+                # Its ID tokens are then for the API's audience too: refused as bearers by their claims
+                # (shared.oidc.verifier), but an API of its own is the registration to have.
+                log.warning(
+                    "AUTH_OIDC_AUDIENCE equals AUTH_OIDC_CLIENT_ID: the sign-in client's ID tokens name the API "
+                    "as their audience; register the API with an audience of its own (docs/operations.md)"
+                )
             endpoint = TokenEndpoint(provider, http, oidc.client_id or "", oidc.client_secret.get_secret_value(),
                                      timeout_s=oidc.http_timeout_s)
             login = LoginFlow(oidc, verifier, endpoint, login_timeout_s=settings.session.login_timeout_s)

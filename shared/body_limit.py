@@ -7,7 +7,7 @@ which is answered 413 like a text over the configured (smaller) limit, not 422."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -29,20 +29,31 @@ class _TooLarge(Exception):
     pass
 
 
+# A door with an error format of its own (A2A's JSON-RPC and HTTP+JSON bindings) renders the refusal
+# itself: given the request's path and the cap, its (content type, body); None: the plain ErrorBody.
+TooLargeRenderer = Callable[[str, int], tuple[bytes, bytes] | None]
+
+
+def _plain(_path: str, max_bytes: int) -> tuple[bytes, bytes]:
+    return b"application/json", orjson.dumps(
+        {"error": "payload_too_large", "detail": f"request bodies are limited to {max_bytes} bytes"}
+    )
+
+
 class BodySizeLimitMiddleware:
     # Its send wrapper acts on http.response.start only: streamed bodies may skip it (shared.fastpath.direct_body).
     START_ONLY = True
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, render: TooLargeRenderer | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.render = render
 
-    async def _reject(self, send: Send) -> None:
-        body = orjson.dumps(
-            {"error": "payload_too_large", "detail": f"request bodies are limited to {self.max_bytes} bytes"}
-        )
+    async def _reject(self, scope: Scope, send: Send) -> None:
+        rendered = self.render(scope.get("path", ""), self.max_bytes) if self.render is not None else None
+        content_type, body = rendered or _plain(scope.get("path", ""), self.max_bytes)
         await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                    "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
     def _declared_too_large(self, scope: Scope) -> bool:
@@ -59,7 +70,7 @@ class BodySizeLimitMiddleware:
             await self.app(scope, receive, send)
             return
         if self._declared_too_large(scope):
-            await self._reject(send)
+            await self._reject(scope, send)
             return
         received = 0
         started = False
@@ -83,4 +94,4 @@ class BodySizeLimitMiddleware:
             await self.app(scope, limited_receive, tracking_send)
         except _TooLarge:
             if not started:
-                await self._reject(send)
+                await self._reject(scope, send)

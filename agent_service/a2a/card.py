@@ -62,18 +62,17 @@ def build_card(settings: AgentServiceSettings, profiles: ProfileStore, base_url:
             for profile in profiles.all()
         ],
     }
-    if not settings.a2a_allow_anonymous:
-        card.update(_security(settings))
+    card.update(_security(settings))
     return card
 
 
 def _security(settings: AgentServiceSettings) -> dict[str, Any]:
     """What the A2A routes accept (transport.authenticate): a key, or a token of the identity provider."""
     schemes: dict[str, Any] = {}
-    if settings.api_keys:
+    if settings.api_keys or settings.callers:
         schemes[API_KEY_SCHEME] = {"apiKeySecurityScheme": {
             "location": "header", "name": API_KEY_HEADER,
-            "description": "one of the Agent Service's API keys (AGENT_SERVICE_API_KEYS)",
+            "description": "an API key the operator gave this client (AGENT_SERVICE_CALLERS)",
         }}
     oidc = settings.auth_oidc
     if oidc.issuer:

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 
 from agent_service.errors import (
     AgentServiceError,
+    Forbidden,
     MessageTooLarge,
     ProfileNotFound,
     QuestionExpired,
@@ -27,7 +28,7 @@ ERROR_DOMAIN = "a2a-protocol.org"
 _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 # google.rpc.Code names of the HTTP statuses we answer with (AIP-193 ``status``).
 _STATUS_NAMES = {
-    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 404: "NOT_FOUND", 409: "FAILED_PRECONDITION",
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "FAILED_PRECONDITION",
     413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 500: "INTERNAL", 503: "UNAVAILABLE",
 }
 
@@ -127,6 +128,13 @@ class Unauthenticated(A2AError):
     jsonrpc_code, http_status, reason, domain = -32000, 401, "UNAUTHENTICATED", "agent-service.taskforce"
 
 
+class PermissionDenied(A2AError):
+    """The caller is known but may not do this (act for another user or organisation, or use A2A at
+    all); spec 3.3.2's authorization error. A task it may not see is TaskNotFound instead."""
+
+    jsonrpc_code, http_status, reason, domain = -32000, 403, "PERMISSION_DENIED", "agent-service.taskforce"
+
+
 class IdentityProviderDown(A2AError):
     """A bearer token could not be checked: the identity provider's keys cannot be read (retry)."""
 
@@ -148,6 +156,8 @@ def from_service_error(exc: AgentServiceError) -> A2AError:
         return InvalidParams(f"unknown skill: {detail}")
     if isinstance(exc, SessionNotFound):
         return TaskNotFound(detail)
+    if isinstance(exc, Forbidden):
+        return PermissionDenied(detail)
     if isinstance(exc, MessageTooLarge):
         return InvalidParams(detail)
     if isinstance(exc, QuestionExpired):

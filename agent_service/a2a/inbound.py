@@ -76,10 +76,13 @@ def skill_of(request: SendMessageRequest, default: str) -> str:
     return default
 
 
-def user_of(request: SendMessageRequest, default_user: str) -> UserContext:
-    """Who the run acts for: ``userId``/``orgId`` in the request's metadata, as the caller (who holds
-    the service's key, like a caller of the execute API) says; else the configured A2A user."""
+def user_of(request: SendMessageRequest, default_user: str) -> UserContext | None:
+    """Who the request says the run acts for: ``userId``/``orgId`` in its metadata, ``default_user``
+    where it names an organisation only (None: it names no one). Whether the caller may act for that
+    user is the caller's rule (``Caller.acting_for``)."""
     metadata: dict[str, Any] = request.metadata or {}
+    if "userId" not in metadata and "orgId" not in metadata:
+        return None
     try:
         return UserContext(user_id=metadata.get("userId", default_user), org_id=metadata.get("orgId"))
     except ValidationError as exc:

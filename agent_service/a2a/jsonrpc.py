@@ -16,13 +16,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from agent_service.a2a import transport
-from agent_service.a2a.card import JSONRPC_PATH
+from agent_service.a2a.card import JSONRPC_PATH, REST_PATH
 from agent_service.a2a.errors import (
     A2AError,
+    IdentityProviderDown,
     InternalError,
     InvalidRequest,
     MethodNotFound,
     ParseError,
+    PermissionDenied,
     Unauthenticated,
     no_extended_card,
     no_push_notifications,
@@ -35,6 +37,7 @@ from agent_service.a2a.schemas import (
     SubscribeToTaskRequest,
 )
 from agent_service.a2a.transport import A2AParts
+from agent_service.access.caller import Caller
 from agent_service.events.streaming import EventStreamResponse
 
 log = logging.getLogger(__name__)
@@ -53,8 +56,23 @@ def _answer(request_id: RequestId, *, result: Any = None, error: A2AError | None
         body["error"] = error.jsonrpc()
     else:
         body["result"] = result
-    status = error.http_status if isinstance(error, Unauthenticated) else 200
+    # Refused before the method runs (no credential, or one not allowed here): the HTTP status says so
+    # too, as for the other bindings and every HTTP client's auth handling.
+    status = error.http_status if isinstance(error, Unauthenticated | PermissionDenied | IdentityProviderDown) else 200
     return JSONResponse(body, status_code=status)
+
+
+def too_large(path: str, max_bytes: int) -> tuple[bytes, bytes] | None:
+    """The refusal of an oversized body (``shared.body_limit``) on the A2A bindings: a JSON-RPC error
+    (Invalid Request, id null: the body was never read) or an AIP-193 body, still with HTTP 413."""
+    error = InvalidRequest(f"request bodies are limited to {max_bytes} bytes")
+    if path.rstrip("/") == JSONRPC_PATH:
+        return b"application/json", orjson.dumps({"jsonrpc": "2.0", "id": None, "error": error.jsonrpc()})
+    if path.startswith(REST_PATH + "/"):
+        body = error.rest_body()
+        body["error"].update(code=413, status="INVALID_ARGUMENT")
+        return b"application/json", orjson.dumps(body)
+    return None
 
 
 def _envelope(body: bytes) -> tuple[RequestId, str, Any]:
@@ -66,23 +84,25 @@ def _envelope(body: bytes) -> tuple[RequestId, str, Any]:
     if not isinstance(call, dict):
         raise InvalidRequest("a JSON-RPC request is an object (batches are not supported)")
     request_id = call.get("id")
-    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-        request_id = None
+    if request_id is not None and (not isinstance(request_id, str | int) or isinstance(request_id, bool)):
+        # An id is a string, a number or null (JSON-RPC 2.0 4); an object, array or boolean makes
+        # the request invalid, answered with id null since it has no usable one.
+        raise InvalidRequest("a JSON-RPC request's id is a string, a number or null")
     if call.get("jsonrpc") != "2.0" or not isinstance(call.get("method"), str):
         raise InvalidRequest('a JSON-RPC 2.0 request has "jsonrpc": "2.0" and a method name')
     return request_id, call["method"], call.get("params", {})
 
 
-async def _unary(a2a: A2AParts, method: str, params: Any) -> Any:
+async def _unary(a2a: A2AParts, method: str, params: Any, caller: Caller) -> Any:
     service = a2a.service
     if method == "SendMessage":
-        return await service.send(transport.validated(SendMessageRequest, params))
+        return await service.send(transport.validated(SendMessageRequest, params), caller)
     if method == "GetTask":
-        return await service.get(transport.validated(GetTaskRequest, params))
+        return await service.get(transport.validated(GetTaskRequest, params), caller)
     if method == "ListTasks":
-        return await service.list(transport.validated(ListTasksRequest, params))
+        return await service.list(transport.validated(ListTasksRequest, params), caller)
     if method == "CancelTask":
-        return await service.cancel(transport.validated(CancelTaskRequest, params))
+        return await service.cancel(transport.validated(CancelTaskRequest, params), caller)
     if method in _PUSH_METHODS:
         raise no_push_notifications()
     if method == "GetExtendedAgentCard":
@@ -90,15 +110,19 @@ async def _unary(a2a: A2AParts, method: str, params: Any) -> Any:
     raise MethodNotFound(f"no method {method!r}")
 
 
-async def _stream(request: Request, a2a: A2AParts, request_id: RequestId, method: str, params: Any) -> Response:
+async def _stream(
+    request: Request, a2a: A2AParts, request_id: RequestId, method: str, params: Any, caller: Caller,
+) -> Response:
     def frame(response: dict[str, Any], seq: int | None) -> bytes:
         return transport.sse_event({"jsonrpc": "2.0", "id": request_id, "result": response}, seq)
 
     serve: Callable[..., Awaitable[None]]
     if method == "SendStreamingMessage":
-        serve = await a2a.streams.send(transport.validated(SendMessageRequest, params), frame)
+        serve = await a2a.streams.send(transport.validated(SendMessageRequest, params), frame, caller)
     else:
-        serve = await a2a.streams.subscribe(transport.validated(SubscribeToTaskRequest, params), frame, transport.last_event_id(request))
+        serve = await a2a.streams.subscribe(
+            transport.validated(SubscribeToTaskRequest, params), frame, transport.last_event_id(request), caller,
+        )
     return EventStreamResponse(serve, headers={})
 
 
@@ -108,13 +132,13 @@ async def jsonrpc(request: Request) -> Response:
     request_id: RequestId = None
     a2a = transport.parts(request)
     try:
-        await transport.authenticate(request, a2a.settings)
+        caller = await transport.authenticate(request)
         transport.check_content_type(request)
         request_id, method, params = _envelope(await request.body())
         transport.check_version(request)
         if method in ("SendStreamingMessage", "SubscribeToTask"):
-            return await _stream(request, a2a, request_id, method, params)
-        return _answer(request_id, result=await _unary(a2a, method, params))
+            return await _stream(request, a2a, request_id, method, params, caller)
+        return _answer(request_id, result=await _unary(a2a, method, params, caller))
     except A2AError as exc:
         return _answer(request_id, error=exc)
     except Exception:

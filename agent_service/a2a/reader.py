@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from agent_service.a2a.errors import TaskNotFound
 from agent_service.a2a.projection import TaskProjection
 from agent_service.a2a.repository import TaskRepository, TaskRow
+from agent_service.access.caller import Caller, Owner, Visibility
 from agent_service.events.event_log import EventLog
 from agent_service.repository import EventRepository
 from shared.protocol import EventEnvelope
@@ -27,10 +28,12 @@ class TaskReader:
         self._sessionmaker = sessionmaker
         self._log = event_log
 
-    async def locate(self, task_id: str) -> TaskRow:
+    async def locate(self, task_id: str, caller: Caller) -> TaskRow:
+        """The task, if it exists and ``caller`` may see it; else TaskNotFound either way (spec 3.3.2:
+        the existence of another's task is not revealed)."""
         async with self._sessionmaker() as db:
             row = await TaskRepository(db).get(task_id)
-        if row is None:
+        if row is None or not caller.may_see(row.owner):
             raise TaskNotFound(f"no task {task_id!r}", taskId=task_id)
         return row
 
@@ -75,15 +78,16 @@ class TaskReader:
             if sub is not None:
                 self._log.unsubscribe(session_id, sub)
 
-    async def of_context(self, context_id: str) -> list[TaskProjection]:
+    async def of_context(self, context_id: str, owner: Owner) -> list[TaskProjection]:
         async with self._sessionmaker() as db:
-            rows = await TaskRepository(db).of_context(context_id)
+            rows = await TaskRepository(db).of_context(context_id, owner)
         return [await self.read(row) for row in rows]
 
-    async def recent_contexts(self, limit: int) -> list[str]:
+    async def recent_contexts(self, limit: int, caller: Caller) -> list[tuple[str, Owner]]:
+        """The contexts ``caller`` may see, updated last first."""
         async with self._sessionmaker() as db:
-            return await TaskRepository(db).recent_contexts(limit)
+            return await TaskRepository(db).recent_contexts(limit, Visibility.of(caller))
 
-    async def context_exists(self, context_id: str) -> bool:
+    async def context_owner(self, context_id: str) -> Owner | None:
         async with self._sessionmaker() as db:
-            return await TaskRepository(db).context_exists(context_id)
+            return await TaskRepository(db).context_owner(context_id)

@@ -41,6 +41,7 @@ from agent_service.a2a.transport import (
     sse_event,
     validated,
 )
+from agent_service.access.caller import Caller
 from agent_service.events.streaming import EventStreamResponse
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,8 @@ router = APIRouter(include_in_schema=False)
 # The card is built from the profiles, which are read once at start-up.
 _STARTED = format_datetime(datetime.now(UTC), usegmt=True)
 
-Operation = Callable[[Request], Awaitable[Response]]
+Operation = Callable[[Request, Caller], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 @router.get("/.well-known/agent-card.json")
@@ -63,14 +65,14 @@ async def agent_card(request: Request) -> Response:
     return JSONResponse(card, headers=headers)
 
 
-def _rest(operation: Operation) -> Operation:
-    """Authentication, version, and every error as AIP-193."""
+def _rest(operation: Operation) -> Endpoint:
+    """Authentication (the operation gets its caller), version, and every error as AIP-193."""
 
     async def handle(request: Request) -> Response:
         try:
-            await authenticate(request, parts(request).settings)
+            caller = await authenticate(request)
             check_version(request)
-            return await operation(request)
+            return await operation(request, caller)
         except A2AError as exc:
             return exc.rest_response()
         except Exception:
@@ -97,48 +99,48 @@ def _frame(response: dict[str, Any], seq: int | None) -> bytes:
 
 
 @_rest
-async def send_message(request: Request) -> Response:
-    return JSONResponse(await parts(request).service.send(await _body(request, SendMessageRequest)))
+async def send_message(request: Request, caller: Caller) -> Response:
+    return JSONResponse(await parts(request).service.send(await _body(request, SendMessageRequest), caller))
 
 
 @_rest
-async def stream_message(request: Request) -> Response:
-    serve = await parts(request).streams.send(await _body(request, SendMessageRequest), _frame)
+async def stream_message(request: Request, caller: Caller) -> Response:
+    serve = await parts(request).streams.send(await _body(request, SendMessageRequest), _frame, caller)
     return EventStreamResponse(serve, headers={})
 
 
 @_rest
-async def get_task(request: Request) -> Response:
+async def get_task(request: Request, caller: Caller) -> Response:
     query = dict(request.query_params) | {"id": request.path_params["id"]}
-    return JSONResponse(await parts(request).service.get(validated(GetTaskRequest, query)))
+    return JSONResponse(await parts(request).service.get(validated(GetTaskRequest, query), caller))
 
 
 @_rest
-async def list_tasks(request: Request) -> Response:
+async def list_tasks(request: Request, caller: Caller) -> Response:
     query = {key: value for key, value in request.query_params.items() if key != "A2A-Version"}
-    return JSONResponse(await parts(request).service.list(validated(ListTasksRequest, query)))
+    return JSONResponse(await parts(request).service.list(validated(ListTasksRequest, query), caller))
 
 
 @_rest
-async def cancel_task(request: Request) -> Response:
+async def cancel_task(request: Request, caller: Caller) -> Response:
     cancel = await _body(request, CancelTaskRequest, id=request.path_params["id"])
-    return JSONResponse(await parts(request).service.cancel(cancel))
+    return JSONResponse(await parts(request).service.cancel(cancel, caller))
 
 
 @_rest
-async def subscribe(request: Request) -> Response:
+async def subscribe(request: Request, caller: Caller) -> Response:
     subscription = validated(SubscribeToTaskRequest, {"id": request.path_params["id"]})
-    serve = await parts(request).streams.subscribe(subscription, _frame, last_event_id(request))
+    serve = await parts(request).streams.subscribe(subscription, _frame, last_event_id(request), caller)
     return EventStreamResponse(serve, headers={})
 
 
 @_rest
-async def push_configs(request: Request) -> Response:
+async def push_configs(request: Request, caller: Caller) -> Response:
     raise no_push_notifications()
 
 
 @_rest
-async def extended_card(request: Request) -> Response:
+async def extended_card(request: Request, caller: Caller) -> Response:
     raise no_extended_card()
 
 

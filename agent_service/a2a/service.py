@@ -35,6 +35,7 @@ from agent_service.a2a.schemas import (
     SendMessageRequest,
     TaskState,
 )
+from agent_service.access.caller import Caller, CallerKind
 from agent_service.errors import AgentServiceError, NothingToCancel
 from agent_service.events.event_log import EventLog
 from agent_service.events.streaming import EventStreamer
@@ -42,7 +43,7 @@ from agent_service.runs.schemas import RunHandle
 from agent_service.runs.service import RunService
 from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings
-from shared.protocol import Answer, EventEnvelope, ExecuteRequest, utcnow
+from shared.protocol import Answer, EventEnvelope, ExecuteRequest, UserContext, utcnow
 
 # ListTasks without a contextId looks at the tasks of this many sessions, updated last first.
 RECENT_CONTEXTS = 100
@@ -79,33 +80,52 @@ class A2AService:
 
     # --- SendMessage ---------------------------------------------------------------------------
 
-    async def start(self, request: SendMessageRequest) -> Started:
-        """Start the run a message asks for (a new task, or the answer to a task's question)."""
+    async def start(self, request: SendMessageRequest, caller: Caller) -> Started:
+        """Start the run a message asks for (a new task, or the answer to a task's question), for the
+        user ``caller`` may act for (metadata ``userId``/``orgId`` name one: a service's user; an agent
+        and a user token act as themselves)."""
         check_request(request)
         token = inbound_message_id.set(request.message.message_id)
         try:
             if request.message.task_id is not None:
-                return await self._answer(request)
-            return await self._begin(request)
+                return await self._answer(request, caller)
+            return await self._begin(request, caller)
         except AgentServiceError as exc:
             raise from_service_error(exc) from None
         finally:
             inbound_message_id.reset(token)
 
-    async def _begin(self, request: SendMessageRequest) -> Started:
+    async def _begin(self, request: SendMessageRequest, caller: Caller) -> Started:
         context_id = request.message.context_id
-        existing = context_id is not None and await self.reader.context_exists(context_id)
+        owner = await self.reader.context_owner(context_id) if context_id is not None else None
+        if owner is not None and not caller.may_see(owner):
+            # Client-chosen context ids share one namespace: another's cannot be used, nor taken over.
+            raise InvalidParams(
+                f"contextId {context_id!r} cannot be used: continue one of your own contexts, or leave it out "
+                "to start a new one"
+            )
+        user = caller.acting_for(self._requested_user(request, caller))
         execute = ExecuteRequest(
-            session_id=context_id if existing else None, profile_name=skill_of(request, self._settings.a2a_profile),
-            message=message_text(request.message, self._settings.a2a_file_types), user_context=user_of(request, self._settings.a2a_user_id),
+            session_id=context_id if owner is not None else None,
+            profile_name=skill_of(request, self._settings.a2a_profile),
+            message=message_text(request.message, self._settings.a2a_file_types), user_context=user,
         )
-        handle = await self._runs.execute(execute, None, new_session_id=None if existing else context_id)
-        row = TaskRow(handle.run_id, handle.session_id, handle.first_seq, utcnow())
+        handle = await self._runs.execute(execute, None, caller, new_session_id=None if owner is not None else context_id)
+        row = TaskRow(handle.run_id, handle.session_id, handle.first_seq, utcnow(), caller.owner_of(user))
         return Started(row, TaskProjection(task_id=row.task_id, context_id=row.context_id, created=row.created), handle)
 
-    async def _answer(self, request: SendMessageRequest) -> Started:
+    def _requested_user(self, request: SendMessageRequest, caller: Caller) -> UserContext | None:
+        """The user the metadata names: where it names an organisation only, a service's configured
+        A2A user, an agent or a user itself; a service naming no one acts for the configured A2A user."""
+        default = caller.name if caller.kind is CallerKind.AGENT else caller.user_id or self._settings.a2a_user_id
+        user = user_of(request, default)
+        if user is None and caller.kind is CallerKind.SERVICE:
+            return UserContext(user_id=default)
+        return user
+
+    async def _answer(self, request: SendMessageRequest, caller: Caller) -> Started:
         message = request.message
-        row = await self.reader.locate(message.task_id or "")
+        row = await self.reader.locate(message.task_id or "", caller)
         if message.context_id is not None and message.context_id != row.context_id:
             raise InvalidParams(
                 f"contextId {message.context_id!r} is not the context of task {row.task_id!r}; "
@@ -125,16 +145,16 @@ class A2AService:
         answer = Answer(question_id=projection.question_id, text=message_text(message, self._settings.a2a_file_types), approved=approval_of(message))
         execute = ExecuteRequest(
             session_id=row.context_id, profile_name=self._settings.a2a_profile, answer=answer,
-            user_context=user_of(request, self._settings.a2a_user_id),
+            user_context=caller.acting_for(self._requested_user(request, caller)),
         )
-        handle = await self._runs.execute(execute, None)
+        handle = await self._runs.execute(execute, None, caller)
         return Started(row, projection, handle)
 
-    async def send(self, request: SendMessageRequest) -> dict[str, Any]:
+    async def send(self, request: SendMessageRequest, caller: Caller) -> dict[str, Any]:
         """SendMessage: the task once its run ended or asked for input (blocking, the default), or
         as it is at once (``returnImmediately``). A run the agent ended with a direct reply answers
         a client that waited with that reply, a Message (which names its task: runs are durable)."""
-        started = await self.start(request)
+        started = await self.start(request, caller)
         handle = started.handle
         waited = not request.configuration.return_immediately
         if not waited:
@@ -153,17 +173,17 @@ class A2AService:
 
     # --- GetTask, CancelTask, ListTasks --------------------------------------------------------
 
-    async def get(self, request: GetTaskRequest) -> dict[str, Any]:
-        projection = await self.reader.read(await self.reader.locate(request.id))
+    async def get(self, request: GetTaskRequest, caller: Caller) -> dict[str, Any]:
+        projection = await self.reader.read(await self.reader.locate(request.id, caller))
         return projection.task(request.history_length)
 
-    async def cancel(self, request: CancelTaskRequest) -> dict[str, Any]:
-        row = await self.reader.locate(request.id)
+    async def cancel(self, request: CancelTaskRequest, caller: Caller) -> dict[str, Any]:
+        row = await self.reader.locate(request.id, caller)
         projection = await self.reader.read(row)
         if projection.terminal:
             raise TaskNotCancelable(f"task {row.task_id} is {projection.state.value} already", taskId=row.task_id)
         try:
-            await self._sessions.cancel(row.context_id)
+            await self._sessions.cancel(row.context_id, caller)
         except NothingToCancel:
             pass  # it ended meanwhile: the task says how
         except AgentServiceError as exc:
@@ -174,12 +194,15 @@ class A2AService:
         # Not terminal yet: another replica executes the run and ends it at its next lease renewal.
         return projection.task()
 
-    async def list(self, request: ListTasksRequest) -> dict[str, Any]:
-        contexts = (
-            [request.context_id] if request.context_id is not None
-            else await self.reader.recent_contexts(RECENT_CONTEXTS)
-        )
-        tasks = [task for context in contexts for task in await self.reader.of_context(context)]
+    async def list(self, request: ListTasksRequest, caller: Caller) -> dict[str, Any]:
+        """The caller's tasks only (spec 3.1.4, 13.1): of its contexts, or of the one it names if it
+        may see it (another's context lists nothing, as one that does not exist)."""
+        if request.context_id is not None:
+            owner = await self.reader.context_owner(request.context_id)
+            contexts = [(request.context_id, owner)] if owner is not None and caller.may_see(owner) else []
+        else:
+            contexts = await self.reader.recent_contexts(RECENT_CONTEXTS, caller)
+        tasks = [task for context, owner in contexts for task in await self.reader.of_context(context, owner)]
         tasks = [task for task in tasks if _matches(task, request)]
         tasks.sort(key=_order, reverse=True)
         if request.page_token:

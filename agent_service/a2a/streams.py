@@ -23,6 +23,7 @@ from agent_service.a2a.projection import StreamResponse, TaskProjection
 from agent_service.a2a.repository import TaskRow
 from agent_service.a2a.schemas import SendMessageRequest, SubscribeToTaskRequest
 from agent_service.a2a.service import A2AService
+from agent_service.access.caller import Caller
 from agent_service.events.event_log import EventLog
 from agent_service.sessions.service import SessionService
 from shared.protocol import EventEnvelope, SessionStatus
@@ -59,9 +60,9 @@ class TaskStreams:
         self._heartbeat_s = heartbeat_s
         self._stopping = stopping
 
-    async def send(self, request: SendMessageRequest, frame: Frame) -> Serve:
+    async def send(self, request: SendMessageRequest, frame: Frame, caller: Caller) -> Serve:
         """SendStreamingMessage: the Task first, then its updates until the run ends or asks for input."""
-        started = await self._service.start(request)
+        started = await self._service.start(request, caller)
         projection, handle = started.projection, started.handle
         history_length = request.configuration.history_length
 
@@ -74,11 +75,13 @@ class TaskStreams:
 
         return serve
 
-    async def subscribe(self, request: SubscribeToTaskRequest, frame: Frame, last_event_id: int | None) -> Serve:
+    async def subscribe(
+        self, request: SubscribeToTaskRequest, frame: Frame, last_event_id: int | None, caller: Caller,
+    ) -> Serve:
         """SubscribeToTask: the Task now, then every update until a terminal state; with
         ``last_event_id``, every update after that seq instead of the Task."""
         reader = self._service.reader
-        row = await reader.locate(request.id)
+        row = await reader.locate(request.id, caller)
         projection = await reader.read(row, upto=last_event_id)
         first = b""
         if last_event_id is None:
@@ -93,13 +96,13 @@ class TaskStreams:
         async def serve(write: Write, disconnected: asyncio.Event) -> None:
             if first:
                 await write(first)
-            await self._until_end(write, row, projection, after, frame, disconnected)
+            await self._until_end(write, row, projection, after, frame, disconnected, caller)
 
         return serve
 
     async def _until_end(
         self, write: Write, row: TaskRow, projection: TaskProjection, after: int, frame: Frame,
-        disconnected: asyncio.Event,
+        disconnected: asyncio.Event, caller: Caller,
     ) -> None:
         ended = asyncio.Event()
         relay = asyncio.create_task(_relay(disconnected, ended), name="a2a-subscriber-disconnect")
@@ -111,17 +114,17 @@ class TaskStreams:
                 if projection.terminal or ended.is_set():
                     return
                 # The task waits for input: its next run starts when the answer comes.
-                await self._next_run(write, row.context_id, after, ended)
+                await self._next_run(write, row.context_id, after, ended, caller)
         finally:
             relay.cancel()
 
-    async def _next_run(self, write: Write, session_id: str, after: int, ended: asyncio.Event) -> None:
+    async def _next_run(self, write: Write, session_id: str, after: int, ended: asyncio.Event, caller: Caller) -> None:
         """Wait until the session has events after ``after`` or a run again (or the stream ends)."""
         with self._log.notifier.watch(session_id) as watch:
             while not ended.is_set() and not self._stopping.is_set():
                 if self._log.channel(session_id) is not None:
                     return
-                status = await self._sessions.status(session_id)
+                status = await self._sessions.status(session_id, caller)
                 if status.last_seq > after or status.status is SessionStatus.ACTIVE:
                     return
                 if not await _wait_any([watch.changed, ended, self._stopping], self._heartbeat_s):

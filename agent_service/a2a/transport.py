@@ -1,8 +1,9 @@
 """What both HTTP bindings check before an operation, and how they frame a stream.
 
-Every A2A request is authenticated as the rest of the Agent Service is (``X-API-Key``, any of
-``AGENT_SERVICE_API_KEYS``, compared in constant time, or with ``AGENT_SERVICE_AUTH_OIDC_ISSUER`` an
-access token of that provider, ``Authorization: Bearer``), and must speak A2A 1.0: the
+Every A2A request is authenticated as the rest of the Agent Service is (an ``X-API-Key`` or, with
+``AGENT_SERVICE_AUTH_OIDC_ISSUER``, an access token of that provider as ``Authorization: Bearer``),
+resolved to its ``Caller`` (``access``), which must hold the ``a2a`` permission and is handed to every
+operation: it sees and acts on its own tasks only. A request must speak A2A 1.0: the
 ``A2A-Version`` header (or query parameter) says which version a client speaks; an empty one
 means 0.3 (spec 3.6.2), which this server does not serve.
 """
@@ -21,13 +22,14 @@ from agent_service.a2a.errors import (
     ContentTypeNotSupported,
     IdentityProviderDown,
     InvalidParams,
+    PermissionDenied,
     Unauthenticated,
     VersionNotSupported,
 )
 from agent_service.a2a.service import A2AService
 from agent_service.a2a.streams import TaskStreams
-from agent_service.auth import check_caller
-from agent_service.errors import IdentityProviderUnavailable, Unauthorized
+from agent_service.access.caller import Caller, Permission
+from agent_service.errors import Forbidden, IdentityProviderUnavailable, Unauthorized
 from agent_service.settings import AgentServiceSettings
 
 VERSION_HEADER = "A2A-Version"
@@ -46,19 +48,20 @@ def parts(request: Request) -> A2AParts:
     return request.app.state.agent.a2a
 
 
-async def authenticate(request: Request, settings: AgentServiceSettings) -> None:
+async def authenticate(request: Request) -> Caller:
     """Before anything else: nothing about a request is answered to a stranger."""
-    if settings.a2a_allow_anonymous:
-        return
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     bearer = token.strip() or None if scheme.lower() == "bearer" else None
     try:
-        await check_caller(settings, request.app.state.agent.token_verifier,
-                           api_key=request.headers.get(API_KEY_HEADER), bearer=bearer)
+        caller = await request.app.state.agent.callers.resolve(api_key=request.headers.get(API_KEY_HEADER), bearer=bearer)
+        caller.require(Permission.A2A)
     except Unauthorized as exc:
         raise Unauthenticated(str(exc.detail)) from None
     except IdentityProviderUnavailable as exc:
         raise IdentityProviderDown(str(exc.detail)) from None
+    except Forbidden as exc:
+        raise PermissionDenied(str(exc.detail)) from None
+    return caller
 
 
 def check_version(request: Request) -> None:

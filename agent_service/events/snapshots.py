@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from agent_service.access.caller import Owner
 from agent_service.models import AgentSession
 from shared.protocol import SessionStatus
 
@@ -47,6 +48,8 @@ class SessionSnapshot:
     run_id: str
     last_seq: int
     transcript: list[dict[str, Any]]
+    # The session's owner: only a caller who may see the session starts from its transcript.
+    owner: Owner | None = None
     # Computed once, when the snapshot is made: the cache's byte bound adds these up.
     size: int = field(init=False, compare=False)
 

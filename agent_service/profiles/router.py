@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from agent_service.auth import ApiKey
+from agent_service.access.deps import CurrentCaller
 from agent_service.profiles.service import ProfileStore
 from shared.app_state import started
 from shared.http_contract import errors
@@ -15,5 +15,5 @@ ProfilesDep = Annotated[ProfileStore, Depends(started("agent", "profiles"))]
 
 
 @router.get("/profiles", response_model=list[ProfileInfo], responses=errors({401: "missing or invalid X-API-Key"}))
-async def list_profiles(_: ApiKey, profiles: ProfilesDep) -> list[ProfileInfo]:
+async def list_profiles(_: CurrentCaller, profiles: ProfilesDep) -> list[ProfileInfo]:
     return [profile.info() for profile in profiles.all()]

@@ -14,6 +14,7 @@ import asyncio
 from enum import Enum
 from typing import Self
 
+from agent_service.access.caller import Caller, Owner
 from agent_service.events.event_log import SessionChannel
 from agent_service.events.snapshots import SessionSnapshot
 from agent_service.models import AgentSession
@@ -38,9 +39,11 @@ class EarlyModelCall:
     ``enabled`` (a run that must wait for its place first), it starts nothing."""
 
     def __init__(
-        self, manager: RunManager, request: ExecuteRequest, session_id: str, run_id: str, *, enabled: bool = True,
+        self, manager: RunManager, request: ExecuteRequest, session_id: str, run_id: str, *, caller: Caller,
+        enabled: bool = True,
     ) -> None:
         self._manager = manager
+        self._caller = caller
         self._request = request
         self._session_id = session_id
         self.run_id = run_id
@@ -64,10 +67,12 @@ class EarlyModelCall:
         assert self._status is _Status.IDLE
         if not self._enabled:
             return
-        self._snapshot = self._manager.snapshots.take(self._session_id)
-        if self._snapshot is not None:
-            state = RunState.continued(self._snapshot.transcript, self._request)
-            self._launch(state, self._snapshot.last_seq + 1, profile)
+        snapshot = self._manager.snapshots.take(self._session_id)
+        # Another caller's session is not continued, not even speculatively: its claim would refuse it.
+        if snapshot is not None and snapshot.owner is not None and self._caller.may_see(snapshot.owner):
+            self._snapshot = snapshot
+            state = RunState.continued(snapshot.transcript, self._request)
+            self._launch(state, snapshot.last_seq + 1, profile, snapshot.owner)
             self._status = _Status.SPECULATIVE
 
     def state_for(self, session: AgentSession) -> RunState | None:
@@ -83,12 +88,12 @@ class EarlyModelCall:
         self._status = _Status.IDLE
         return None
 
-    def start(self, state: RunState, first_seq: int, profile: Profile) -> None:
+    def start(self, state: RunState, first_seq: int, profile: Profile, owner: Owner) -> None:
         """Start from the session as read (a new session: from the request)."""
         assert self._status is _Status.IDLE
         if not self._enabled:
             return
-        self._launch(state, first_seq, profile)
+        self._launch(state, first_seq, profile, owner)
         self._status = _Status.STARTED
 
     def confirm(self, handle: RunHandle, channel: SessionChannel, place: Slot | None = None) -> None:
@@ -106,9 +111,9 @@ class EarlyModelCall:
             self._stop()
             self._status = _Status.DISCARDED
 
-    def _launch(self, state: RunState, first_seq: int, profile: Profile) -> None:
+    def _launch(self, state: RunState, first_seq: int, profile: Profile, owner: Owner) -> None:
         handle = RunHandle(session_id=self._session_id, run_id=self.run_id, first_seq=first_seq)
-        self._run = ActiveRun.of(handle, profile, self._request.user_context, state)
+        self._run = ActiveRun.of(handle, profile, self._request.user_context, state, owner=owner)
         self._run.claimed = asyncio.get_running_loop().create_future()
         self._manager.launch(self._run)
 

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from agent_service.access.caller import Owner
 from agent_service.events.event_log import EventLog, EventsNotSaved, RunTakenOver, SessionChannel
 from agent_service.events.snapshots import DEFAULT_MAX_BYTES, SessionSnapshot, SessionSnapshots
 from agent_service.metrics import AgentMetrics
@@ -71,10 +72,10 @@ class ActiveRun:
     @classmethod
     def of(
         cls, handle: RunHandle, profile: Profile, user_context: UserContext, state: RunState,
-        resume: Resume | None = None, channel: SessionChannel | None = None,
+        resume: Resume | None = None, channel: SessionChannel | None = None, owner: Owner | None = None,
     ) -> ActiveRun:
         context = RunContext(session_id=handle.session_id, run_id=handle.run_id, profile=profile,
-                             user_context=user_context)
+                             user_context=user_context, owner=owner)
         return cls(handle=handle, context=context, state=state, start_transcript=state.transcript_json(),
                    resume=resume, channel=channel)
 
@@ -221,7 +222,7 @@ class RunManager:
             return
         if isinstance(outcome, Completed):
             self.snapshots.remember(handle.session_id, SessionSnapshot(
-                run_id=handle.run_id, last_seq=final.seq, transcript=ending.transcript))
+                run_id=handle.run_id, last_seq=final.seq, transcript=ending.transcript, owner=run.context.owner))
         log.info("run ended", extra={"run_id": handle.run_id, "outcome": ending.event.value, "code": ending.error_code})
 
     def _count(self, ending: Ending) -> None:

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header
 
-from agent_service.auth import ApiKey
+from agent_service.access.deps import RunsCaller
 from agent_service.events.deps import StreamerDep
 from agent_service.events.streaming import EventStreamResponse
 from agent_service.runs.service import RunService
@@ -18,8 +18,9 @@ RunServiceDep = Annotated[RunService, Depends(started("agent", "run_service"))]
 # JSON ErrorBody, although the success is an event stream: the answer is refused before it starts.
 _ERRORS = errors({
     **BODY_ERRORS,
-    401: "missing or invalid X-API-Key",
-    404: "unknown profile or session",
+    401: "missing or invalid X-API-Key or bearer token",
+    403: "user_context names a user or organisation the caller may not act for, or it may not use the runs API",
+    404: "unknown profile or session (or another caller's session)",
     409: "a run is executing, or the answer does not fit the session",
     410: "the question expired",
     413: "the body is larger than allowed, or the message or answer longer than the configured limit",
@@ -35,7 +36,7 @@ _ERRORS = errors({
 )
 async def execute(
     body: ExecuteRequest,
-    _: ApiKey,
+    caller: RunsCaller,
     service: RunServiceDep,
     streamer: StreamerDep,
     # Visible ASCII: what a header carries unchanged (HTTP trims outer spaces). Said in the document too.
@@ -48,7 +49,7 @@ async def execute(
     The run does not depend on this connection: a client that drops reconnects to
     ``/sessions/{id}/events`` with ``Last-Event-ID``, or retries with the same ``Idempotency-Key``.
     """
-    handle = await service.execute(body, idempotency_key)
+    handle = await service.execute(body, idempotency_key, caller)
     return EventStreamResponse(
         lambda write, disconnected: streamer.serve(
             write, handle.session_id, handle.first_seq - 1, until_run=handle.run_id, live=handle.live,

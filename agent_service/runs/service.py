@@ -8,6 +8,7 @@ question that expired. A new message's model call starts before the claim has co
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,9 +17,10 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from agent_service.access.caller import Caller, Owner
 from agent_service.errors import IdempotencyKeyConflict, QuestionExpired, RunInProgress, SessionNotFound
 from agent_service.events.event_log import EventLog
-from agent_service.models import AgentSession, next_seq
+from agent_service.models import AgentSession, next_seq, owner_of
 from agent_service.profiles.schemas import Profile
 from agent_service.profiles.service import ProfileStore
 from agent_service.repository import RunRepository, SessionRepository
@@ -49,6 +51,7 @@ class Claim:
     state: RunState
     resume: Resume | None
     user_context: UserContext
+    owner: Owner
     # The trace of the run this one continues (the question's): a resumed run links to it.
     linked_trace: str | None = None
 
@@ -70,19 +73,26 @@ class RunService:
         self._locks = KeyedLock()
 
     async def execute(
-        self, request: ExecuteRequest, idempotency_key: str | None, *, new_session_id: str | None = None,
+        self, request: ExecuteRequest, idempotency_key: str | None, caller: Caller, *,
+        new_session_id: str | None = None,
     ) -> RunHandle:
-        """``new_session_id``: a new session (no ``request.session_id``) takes this id instead of a
-        generated one; an A2A client may choose its own ``contextId``. It fails like a concurrent
-        start (409) when a session has the id already."""
+        """Start (or join, or resume) a run for ``caller``, acting for the user it may act for (403
+        otherwise); a session it may not see is not found. ``new_session_id``: a new session (no
+        ``request.session_id``) takes this id instead of a generated one; an A2A client may choose its
+        own ``contextId``. It fails like a concurrent start (409) when a session has the id already."""
         check_request(request, idempotency_key, self._settings.max_message_chars)
+        acting = caller.acting_for(request.user_context)
+        if acting is not request.user_context:
+            request = request.model_copy(update={"user_context": acting})
+        # Keys are the caller's own: another caller's retry never joins this caller's run.
+        idempotency_key = scoped_key(caller, idempotency_key)
         profile = self._profiles.get(request.profile_name)  # 404 before anything is written
         session_id = request.session_id or new_session_id or uuid.uuid4().hex
         # Before anything is written: past capacity and queue, a 503 with Retry-After and no trace.
         place = self._admission.admit()
         try:
             async with self._locks(session_id):
-                handle = await self._start(request, idempotency_key, session_id, profile, place)
+                handle = await self._start(request, idempotency_key, session_id, profile, place, caller)
         except BaseException:
             place.release()
             raise
@@ -91,14 +101,16 @@ class RunService:
         return handle
 
     async def _start(
-        self, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile, place: Slot,
+        self, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile, place: Slot, caller: Caller,
     ) -> RunHandle:
         try:
             # A run that has to wait for its place does not call the model before it has one.
-            with EarlyModelCall(self._manager, request, session_id, uuid.uuid4().hex, enabled=place.granted) as early:
+            with EarlyModelCall(
+                self._manager, request, session_id, uuid.uuid4().hex, caller=caller, enabled=place.granted,
+            ) as early:
                 if request.session_id is not None and request.answer is None:
                     early.start_from_snapshot(profile)
-                claim = await self._claim(request, key, session_id, profile, early)
+                claim = await self._claim(request, key, session_id, profile, early, caller)
                 return claim if isinstance(claim, RunHandle) else self._launch(claim, early, place)
         except IntegrityError:
             # A concurrent execute with the same Idempotency-Key (or session id) won the race.
@@ -110,6 +122,7 @@ class RunService:
 
     async def _claim(
         self, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile, early: EarlyModelCall,
+        caller: Caller,
     ) -> RunHandle | Claim:
         """The claim's transaction: the run its key started (joined), or the session claimed for a
         new run and the run's row written (one statement on PostgreSQL after the session's read,
@@ -126,45 +139,52 @@ class RunService:
                 if joined is not None:
                     return joined
             if request.session_id is None:
-                claim = await self._claim_new(db, request, key, session_id, profile, early, now)
+                claim = await self._claim_new(db, request, key, session_id, profile, early, now, caller)
             else:
-                claim = await self._claim_session(db, request, key, profile, early, now)
+                claim = await self._claim_session(db, request, key, profile, early, now, caller)
         if claim is None:
             raise QuestionExpired("the question expired before it was answered; send a new message")
         return claim
 
-    def _run_row(self, run_id: str, session_id: str, first_seq: int, key: str | None, now: datetime) -> dict[str, Any]:
+    def _run_row(
+        self, run_id: str, session_id: str, first_seq: int, key: str | None, now: datetime, caller: Caller,
+    ) -> dict[str, Any]:
         return {
             "id": run_id, "session_id": session_id, "idempotency_key": key, "status": SessionStatus.ACTIVE.value,
             "first_seq": first_seq, "started_at": now, "owner_id": self._manager.owner_id,
             "lease_expires_at": self._manager.lease_until(now), "traceparent": self._tracing.traceparent(),
+            "owner": caller.principal,
         }
 
     async def _claim_new(
         self, db: AsyncSession, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile,
-        early: EarlyModelCall, now: datetime,
+        early: EarlyModelCall, now: datetime, caller: Caller,
     ) -> Claim:
         state = RunState.first(request, profile.system_prompt)
-        early.start(state, 1, profile)
+        user = request.user_context
+        owner = caller.owner_of(user)
+        early.start(state, 1, profile, owner)
         run_id = early.run_id
         await SessionRepository(db).insert_with_run(
             {"id": session_id, "profile_name": profile.name, "status": SessionStatus.ACTIVE.value,
-             "user_context": request.user_context.model_dump(mode="json"), "transcript": state.transcript_json(),
+             "user_context": user.model_dump(mode="json"), "transcript": state.transcript_json(),
              "run_state": None, "pending_question": None, "last_seq": 0, "seq_reserved": self._log.seq_block,
-             "current_run_id": run_id, "created_at": now, "updated_at": now},
-            self._run_row(run_id, session_id, 1, key, now),
+             "current_run_id": run_id, "created_at": now, "updated_at": now,
+             "owner": owner.principal, "user_id": owner.user_id, "org_id": owner.org_id},
+            self._run_row(run_id, session_id, 1, key, now, caller),
         )
-        return Claim(session_id, run_id, 1, self._log.seq_block, profile, state, None, request.user_context)
+        return Claim(session_id, run_id, 1, self._log.seq_block, profile, state, None, user, owner)
 
     async def _claim_session(
         self, db: AsyncSession, request: ExecuteRequest, key: str | None, profile: Profile, early: EarlyModelCall,
-        now: datetime,
+        now: datetime, caller: Caller,
     ) -> Claim | None:
         """None: the answered question had expired (its end is written, the answer refused)."""
         sessions = SessionRepository(db)
         session = await sessions.get_for_update(request.session_id)
-        if session is None:
+        if session is None or not _may_continue(caller, session, request.user_context):
             raise SessionNotFound(f"no session {request.session_id!r}")
+        owner = owner_of(session)
         if session.status == SessionStatus.ACTIVE.value:
             raise RunInProgress(
                 {"message": "a run of this session is still executing; wait for it, cancel it, or retry with the "
@@ -187,7 +207,7 @@ class RunService:
         if state is None:
             state = self._state_for(session, request, profile, turn.resume)
             if turn.resume is None:
-                early.start(state, next_seq(session), profile)
+                early.start(state, next_seq(session), profile, owner)
         # After any hole a crashed run left; the run may show a block of seqs before they are written.
         first_seq = next_seq(session)
         reserved = first_seq - 1 + self._log.seq_block
@@ -196,7 +216,7 @@ class RunService:
             {"profile_name": profile.name, "transcript": state.transcript_json(),
              "run_state": state.to_json() if turn.resume else None, "pending_question": None,
              "seq_reserved": reserved},
-            run=self._run_row(early.run_id, session.id, first_seq, key, now),
+            run=self._run_row(early.run_id, session.id, first_seq, key, now, caller),
         )
         if not claimed:
             raise RunInProgress({"message": "another run claimed this session", "session_id": session.id})
@@ -206,7 +226,8 @@ class RunService:
         linked = None
         if turn.resume is not None and self._tracing.enabled and session.current_run_id:
             linked = await RunRepository(db).traceparent_of(session.current_run_id)
-        return Claim(session.id, early.run_id, first_seq, reserved, profile, state, turn.resume, user_context, linked)
+        return Claim(session.id, early.run_id, first_seq, reserved, profile, state, turn.resume, user_context, owner,
+                     linked)
 
     @staticmethod
     def _state_for(session: AgentSession, request: ExecuteRequest, profile: Profile, resume: Resume | None) -> RunState:
@@ -227,7 +248,7 @@ class RunService:
         if early.started:
             early.confirm(handle, channel, place)
         else:
-            run = ActiveRun.of(handle, claim.profile, claim.user_context, claim.state, claim.resume, channel)
+            run = ActiveRun.of(handle, claim.profile, claim.user_context, claim.state, claim.resume, channel, claim.owner)
             run.place, run.linked_trace = place, claim.linked_trace
             self._manager.start(run)
         return handle
@@ -238,10 +259,29 @@ class RunService:
 
     @staticmethod
     async def _joined(db: AsyncSession, request: ExecuteRequest, key: str) -> RunHandle | None:
-        """The run that ``key`` already started, as a handle to follow (None: no such run)."""
+        """The run that ``key`` (``scoped_key``: this caller's) already started, as a handle to follow
+        (None: no such run)."""
         run = await RunRepository(db).get_by_idempotency_key(key)
         if run is None:
             return None
         if request.session_id is not None and request.session_id != run.session_id:
             raise IdempotencyKeyConflict("this Idempotency-Key was used for another session")
         return RunHandle(session_id=run.session_id, run_id=run.id, first_seq=run.first_seq, joined=True)
+
+
+def scoped_key(caller: Caller, key: str | None) -> str | None:
+    """An Idempotency-Key as stored: the caller's and the client's key together, so that two callers
+    using the same key start two runs (a digest: the column holds 128 characters, a key up to 128).
+    A full-trust service's key is stored as it comes, as the previous release stored every key: a
+    retry that reaches a replica of the other release during an upgrade still joins its run."""
+    if key is None or caller.full_trust:
+        return key
+    return hashlib.sha256(f"{caller.principal}\n{key}".encode()).hexdigest()
+
+
+def _may_continue(caller: Caller, session: AgentSession, user: UserContext) -> bool:
+    """A caller may run in a session it may see, for the user the session acts for (a full-trust
+    service: as it always could, for whoever it names)."""
+    if caller.full_trust:
+        return True
+    return caller.may_see(owner_of(session)) and (session.user_id, session.org_id) == (user.user_id, user.org_id)

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from agent_service.access.caller import Owner
 from agent_service.profiles.schemas import Profile
 from shared.llm.base import LLMMessage, ToolCall
 from shared.protocol import AskUserKind, ErrorCode, ExecuteRequest, PendingQuestion, Usage, UserContext
@@ -82,6 +83,8 @@ class RunContext:
     run_id: str
     profile: Profile
     user_context: UserContext
+    # Who the session belongs to (``access``): whoever may reuse what this run leaves in memory.
+    owner: Owner | None = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 
-from agent_service.auth import ApiKey
+from agent_service.access.deps import RunsCaller
 from agent_service.events.deps import StreamerDep
 from agent_service.events.streaming import EventStreamResponse
 from agent_service.sessions.service import SessionService
@@ -27,15 +27,16 @@ async def _bind_session_id(session_id: Annotated[str, Path(min_length=1, max_len
 SessionId = Annotated[str, Depends(_bind_session_id)]
 # JSON ErrorBody on every route, the event stream's included: it is refused before it starts.
 _ERRORS = errors({
-    401: "missing or invalid X-API-Key",
-    404: "unknown session",
+    401: "missing or invalid X-API-Key or bearer token",
+    403: "the caller may not use the runs API",
+    404: "unknown session, or another caller's",
     422: "a session id longer than allowed, or a bad Last-Event-ID or after",
 })
 
 
 @router.get("/{session_id}", response_model=SessionStatusResponse, responses=_ERRORS)
-async def session_status(session_id: SessionId, _: ApiKey, service: SessionServiceDep) -> SessionStatusResponse:
-    return await service.status(session_id)
+async def session_status(session_id: SessionId, caller: RunsCaller, service: SessionServiceDep) -> SessionStatusResponse:
+    return await service.status(session_id, caller)
 
 
 @router.get(
@@ -45,7 +46,7 @@ async def session_status(session_id: SessionId, _: ApiKey, service: SessionServi
 )
 async def session_events(
     session_id: SessionId,
-    _: ApiKey,
+    caller: RunsCaller,
     service: SessionServiceDep,
     streamer: StreamerDep,
     # An event's seq; empty is the same as absent. The pattern is in the OpenAPI document too.
@@ -56,7 +57,7 @@ async def session_events(
     start = after
     if last_event_id:
         start = max(start or 0, int(last_event_id))
-    await service.ensure_session(session_id)
+    await service.ensure_session(session_id, caller)
     return EventStreamResponse(
         lambda write, disconnected: streamer.serve(write, session_id, start or 0, disconnected=disconnected),
         headers={},
@@ -78,7 +79,7 @@ async def session_events(
     },
 )
 async def cancel_session(
-    session_id: SessionId, _: ApiKey, service: SessionServiceDep, response: Response
+    session_id: SessionId, caller: RunsCaller, service: SessionServiceDep, response: Response
 ) -> SessionStatusResponse:
     """Cancel the running or paused run; it ends with ERROR ``CANCELLED``.
 
@@ -89,7 +90,7 @@ async def cancel_session(
     by then (follow ``/events`` for its ERROR). A run whose replica is gone ends CANCELLED once its
     lease expires.
     """
-    result = await service.cancel(session_id)
+    result = await service.cancel(session_id, caller)
     if not result.done:
         response.status_code = status.HTTP_202_ACCEPTED
     return result.status

@@ -133,7 +133,7 @@ class LoginFlow:
             id_token = tokens.get("id_token")
             if not isinstance(id_token, str):
                 raise InvalidToken("the provider sent no ID token", "id_token")
-            identity = await self._verifier.verify(id_token, audience=self._settings.client_id)
+            identity = await self._verifier.verify_id_token(id_token, audience=self._settings.client_id)
             if not hmac.compare_digest(str(identity.claims.get("nonce", "")).encode(), nonce.encode()):
                 raise InvalidToken("the ID token's nonce does not match", "nonce")
             name = self._display_name(identity.claims) or access.subject

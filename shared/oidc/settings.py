@@ -45,13 +45,17 @@ class OIDCSettings(BaseSettings):
     # the provider one fetch per cooldown); so does a failed fetch.
     jwks_refetch_cooldown_s: float = Field(default=10.0, ge=0, le=3600)
     http_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # The header ``typ`` of the provider's access tokens, where it marks them (RFC 9068: ``at+jwt``; Auth0,
+    # oidc-provider, Okta with the RFC 9068 profile). Set, a token without it is refused, so an ID token
+    # can never pass for an access token; unset, ID tokens are still refused by their claims.
+    access_token_typ: str | None = Field(default=None, min_length=1, max_length=100)
     # Where each provider keeps who the caller is (a dotted path reaches into nested claims, e.g.
     # Keycloak's realm_access.roles; a claim named with dots, like Auth0's namespaced ones, is found as is).
     user_claim: str = Field(default="sub", min_length=1, max_length=200)
     org_claim: str = Field(default="org", min_length=1, max_length=200)
     permissions_claim: str = Field(default="permissions", min_length=1, max_length=200)
 
-    @field_validator("issuer", "audience", mode="before")
+    @field_validator("issuer", "audience", "access_token_typ", mode="before")
     @classmethod
     def _unset_when_empty(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

@@ -5,6 +5,13 @@ A token is accepted only when its header's ``alg`` is on the allowlist (asymmetr
 keys of that algorithm's kind, the signature verifies, ``iss`` is the issuer exactly, ``aud`` holds
 this service's audience, and ``exp``, ``nbf`` and ``iat`` hold with the leeway. PyJWT does the
 checks; the algorithm is pinned from the allowlist, never taken from the token.
+
+Only access tokens are bearer tokens: ``verify`` refuses an ID token whatever its audience (a sign-in
+client whose id is also the API's audience would otherwise pass its ID token off as an access token,
+and the page holds one for logout). An ID token is told by what only ID tokens carry (``nonce``,
+``at_hash``, ``c_hash``, Keycloak's ``typ: ID``) and, where the provider marks its access tokens
+(RFC 9068 ``typ: at+jwt``, ``access_token_typ``), by a header without that mark. ``verify_id_token``
+checks the sign-in's own ID token.
 """
 
 from __future__ import annotations
@@ -84,14 +91,23 @@ class AccessTokenVerifier:
     def provider(self) -> IdentityProvider:
         return self._provider
 
-    async def verify(self, token: str, *, audience: str | None = None) -> VerifiedToken:
+    async def verify(self, token: str) -> VerifiedToken:
+        """An access token for this service's audience (never an ID token)."""
         try:
-            return await self._verify(token, audience or self._settings.audience or "")
+            return await self._verify(token, self._settings.audience or "", access=True)
         except InvalidToken as exc:
             self._on_reject(exc.reason)
             raise
 
-    async def _verify(self, token: str, audience: str) -> VerifiedToken:
+    async def verify_id_token(self, token: str, *, audience: str) -> VerifiedToken:
+        """The ID token a sign-in got for ``audience`` (the sign-in client), checked as any token is."""
+        try:
+            return await self._verify(token, audience, access=False)
+        except InvalidToken as exc:
+            self._on_reject(exc.reason)
+            raise
+
+    async def _verify(self, token: str, audience: str, *, access: bool) -> VerifiedToken:
         if not token or len(token) > MAX_TOKEN_CHARS:
             raise InvalidToken("missing or oversized token", "malformed")
         try:
@@ -111,6 +127,8 @@ class AccessTokenVerifier:
                 or (key.kty == "EC" and key.crv != _CURVES.get(alg))):
             raise InvalidToken("the token's algorithm does not fit its key", "algorithm")
         claims = self._decode(token, key.key, alg, audience)
+        if access and not self._is_access_token(header, claims):
+            raise InvalidToken("an ID token is not a bearer token; send an access token", "id_token")
         subject = _text(claim(claims, self._settings.user_claim), "user")
         org = claim(claims, self._settings.org_claim)
         return VerifiedToken(
@@ -118,6 +136,12 @@ class AccessTokenVerifier:
             permissions=_permissions(claim(claims, self._settings.permissions_claim)),
             expires_at=float(claims["exp"]), claims=claims,
         )
+
+    def _is_access_token(self, header: dict[str, Any], claims: dict[str, Any]) -> bool:
+        if any(name in claims for name in _ID_TOKEN_CLAIMS) or claims.get("typ") == "ID":
+            return False
+        wanted = self._settings.access_token_typ
+        return wanted is None or _media_type(header.get("typ")) == _media_type(wanted)
 
     def _decode(self, token: str, key: Any, alg: str, audience: str) -> dict[str, Any]:
         try:
@@ -129,6 +153,18 @@ class AccessTokenVerifier:
             message, reason = next(
                 (found for kind, found in _DECODE_ERRORS if isinstance(exc, kind)), ("invalid token", "invalid"))
             raise InvalidToken(message, reason) from None
+
+
+# Claims only an ID token carries (OpenID Connect Core 2, 3.1.3.6, 3.3.2.11): never in an access token.
+_ID_TOKEN_CLAIMS = ("nonce", "at_hash", "c_hash")
+
+
+def _media_type(value: Any) -> str | None:
+    """A ``typ`` header as a media type (RFC 7515 4.1.9: ``application/`` may be left out), lowercased."""
+    if not isinstance(value, str):
+        return None
+    value = value.strip().lower()
+    return value if "/" in value else f"application/{value}"
 
 
 # PyJWT's errors as the answer names them (subclasses before their bases), and the metric's reason.

@@ -17,7 +17,9 @@ SOURCES = ("pyproject.toml", "README.md", "LICENSE", "shared", "agent_service", 
 
 
 def _run(command: list[str], cwd: Path | None = None, timeout: float = 600) -> str:
-    result = subprocess.run(command, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        command, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout, check=False,
+    )
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(command)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result.stdout

@@ -34,11 +34,12 @@ async def provider(tmp_path_factory):
         yield provider
 
 
-def agent_app(tmp_path, provider: OpenIDProvider, api_keys: list[str]):
+def agent_app(tmp_path, provider: OpenIDProvider, api_keys: list[str], service_clients: list[str] = ()):
     settings = AgentServiceSettings(
         database_url=f"sqlite+aiosqlite:///{tmp_path}/agent.db", api_keys=api_keys, migrate_on_start=True,
         knowledge_dir=tmp_path / "no-docs",
         auth_oidc=AgentOIDCSettings(issuer=provider.issuer, audience=AGENT_AUDIENCE),
+        auth_service_clients=list(service_clients),
     )
     return create_agent_app(settings, provider=BuiltinProvider(first_token_delay=0, chunk_delay=0))
 
@@ -61,8 +62,14 @@ async def test_the_agent_service_takes_tokens_for_its_own_audience(tmp_path, pro
         assert both.status_code == 401
 
 
-async def test_the_chat_delegates_with_its_own_token_and_no_shared_key(tmp_path, provider: OpenIDProvider) -> None:
-    async with serve_app(agent_app(tmp_path, provider, [])) as agent_url:
+@pytest.mark.parametrize("a_service", [True, False], ids=["allowed-service", "not-a-service"])
+async def test_the_chat_delegates_with_its_own_token_and_no_shared_key(
+    tmp_path, provider: OpenIDProvider, a_service: bool,
+) -> None:
+    """The chat's client is a service of the Agent Service only when the operator says so
+    (AGENT_SERVICE_AUTH_SERVICE_CLIENTS): else its token is a user's, which may not act for alice."""
+    clients = [AGENT_CALLER.client_id] if a_service else []
+    async with serve_app(agent_app(tmp_path, provider, [], clients)) as agent_url:
         settings = make_settings(
             f"sqlite+aiosqlite:///{tmp_path}/chat.db", agent_service_url=agent_url,
             agent_service_client_id=AGENT_CALLER.client_id, agent_service_client_secret=AGENT_CALLER.secret,
@@ -78,6 +85,9 @@ async def test_the_chat_delegates_with_its_own_token_and_no_shared_key(tmp_path,
                                          json={"content": "/agent what is 17*23"}, headers=headers)
                 assert posted.status_code == 202 and posted.json()["route"]["target"] == "agent", posted.text
                 frames = await collect_until(ws, lambda f: f["type"] in ("message.completed", "message.error"))
+            if not a_service:
+                assert frames[-1]["type"] == "message.error" and frames[-1]["data"]["code"] == "AgentAuthError"
+                return
             assert frames[-1]["type"] == "message.completed", frames[-1]
             assert "391" in frames[-1]["data"]["content"]
             assert not [f for f in frames if f["type"] == "notice"]  # the agent answered, not the fallback

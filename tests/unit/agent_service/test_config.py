@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from agent_service.auth import key_is_valid
+from agent_service.access.caller import Permission
+from agent_service.access.resolver import LEGACY_CALLER, CallerResolver
 from agent_service.errors import ProfileNotFound
 from agent_service.profiles.schemas import Profile
 from agent_service.profiles.service import ProfileStore
-from agent_service.settings import PACKAGE_DIR, AgentServiceSettings
+from agent_service.settings import PACKAGE_DIR, AgentServiceSettings, CallerKeySettings
 
 
 def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,10 +36,30 @@ def test_sqlite_default_migrates_on_start(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_key_check() -> None:
-    assert key_is_valid("b", ["a", "b"])
-    assert not key_is_valid("c", ["a", "b"])
-    assert not key_is_valid("", ["a"])
-    assert not key_is_valid("a", [])
+    named = CallerKeySettings(name="partner", key_sha256=hashlib.sha256(b"p-key").hexdigest(), kind="agent",
+                              orgs=["acme"], permissions=["a2a"])
+    resolver = CallerResolver(AgentServiceSettings(api_keys=["a", "b"], callers=[named]), None)
+    assert resolver.by_key("b") == LEGACY_CALLER and LEGACY_CALLER.full_trust
+    partner = resolver.by_key("p-key")
+    assert partner is not None and partner.principal == "agent:partner" and partner.orgs == {"acme"}
+    assert partner.permissions == {Permission.A2A} and not partner.full_trust
+    assert resolver.by_key("c") is None
+    assert resolver.by_key("") is None
+    assert CallerResolver(AgentServiceSettings(), None).by_key("a") is None
+
+
+def test_callers_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    digest = hashlib.sha256(b"k").hexdigest()
+    monkeypatch.setenv("AGENT_SERVICE_CALLERS", f'[{{"name": "chat", "key_sha256": "{digest}", "orgs": ["acme"]}}]')
+    monkeypatch.setenv("AGENT_SERVICE_AUTH_SERVICE_CLIENTS", "chat-backend, reports")
+    settings = AgentServiceSettings()
+    assert settings.callers[0].kind == "service" and settings.callers[0].permissions == ["runs", "a2a", "memory"]
+    assert settings.auth_service_clients == ["chat-backend", "reports"]
+    for wrong in ('[{"name": "x", "key_sha256": "abc"}]', f'[{{"name": "x", "key_sha256": "{digest}", "orgs": ["*", "a"]}}]',
+                  f'[{{"name": "x", "key_sha256": "{digest}", "permissions": ["root"]}}]'):
+        monkeypatch.setenv("AGENT_SERVICE_CALLERS", wrong)
+        with pytest.raises(ValidationError):
+            AgentServiceSettings()
 
 
 def test_default_profiles_file() -> None:
