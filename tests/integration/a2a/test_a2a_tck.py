@@ -1,9 +1,11 @@
 """The official A2A conformance kit (TCK) against the Agent Service on loopback.
 
-The service runs as in production (the A2A layer, runs, event log, SQLite), with two test-only
-settings: the TCK's profile, whose scripted model follows the kit's scenarios
-(tests/support/a2a_scripted_model.py), and ``a2a_allow_anonymous``, since the kit cannot send an
-API key. The kit runs in a virtualenv of its own (tests/support/a2a_tck.py).
+The service runs as in production (the A2A layer, runs, event log, SQLite, authentication on), with
+one test-only setting: the TCK's profile, whose scripted model follows the kit's scenarios
+(tests/support/a2a_scripted_model.py). The kit calls as an A2A client the operator named (an agent
+caller bound to one organisation, with the a2a permission only): it has no option for a credential, so
+``tests/support/a2a_tck_auth/sitecustomize.py`` adds its key to every request it sends. The kit runs in
+a virtualenv of its own (tests/support/a2a_tck.py).
 
 MUST: every test passes. SHOULD and MAY: every result is reported; the SHOULD ones the kit marks
 as expected failures (``xfail``) must be the ones docs/a2a.md lists (the set must match exactly, so
@@ -13,19 +15,27 @@ a change either way shows here).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import sqlite3
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from agent_service.app import create_app
-from agent_service.settings import AgentServiceSettings
+from agent_service.settings import AgentServiceSettings, CallerKeySettings
 from tests.support.a2a_scripted_model import ScriptedModel
 from tests.support.a2a_tck import locate_tck, tck_python, working_copy
 from tests.support.servers import REPO_ROOT, serve_app
 
 PROFILES = REPO_ROOT / "tests" / "support" / "a2a_tck_profiles.yaml"
+AUTH_PLUGIN = REPO_ROOT / "tests" / "support" / "a2a_tck_auth"
+TCK_KEY = "the-conformance-kit-key-0123456789"
+TCK_CALLER = CallerKeySettings(
+    name="a2a-tck", key_sha256=hashlib.sha256(TCK_KEY.encode()).hexdigest(), kind="agent", orgs=["conformance"],
+    permissions=["a2a"],
+)
 DOCS = REPO_ROOT / "docs" / "a2a.md"
 
 # SHOULD tests the kit reports as expected failures: the task's history holds the agent's
@@ -74,7 +84,7 @@ async def _run_level(python: Path, kit: Path, url: str, level: str) -> dict[str,
     process = await asyncio.create_subprocess_exec(
         str(python), "run_tck.py", "--sut-host", url, "--level", level, "--transport", "jsonrpc,http_json",
         cwd=kit, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(AUTH_PLUGIN), "TCK_A2A_API_KEY": TCK_KEY},
     )
     output, _ = await process.communicate()
     text = output.decode(errors="replace")
@@ -92,8 +102,8 @@ async def test_a2a_tck_must_should_may(tck: Path, tmp_path: Path) -> None:
         _unavailable(str(exc))
     kit = await asyncio.to_thread(working_copy, tck, tmp_path)
     settings = AgentServiceSettings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'agent.db'}", migrate_on_start=True, api_keys=["a-key"],
-        profiles_file=PROFILES, a2a_profile="tck", a2a_allow_anonymous=True, knowledge_dir=tmp_path,
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'agent.db'}", migrate_on_start=True, callers=[TCK_CALLER],
+        profiles_file=PROFILES, a2a_profile="tck", knowledge_dir=tmp_path,
         memory_enabled=False,
     )
     async with serve_app(create_app(settings, provider=ScriptedModel())) as url:
@@ -101,6 +111,10 @@ async def test_a2a_tck_must_should_may(tck: Path, tmp_path: Path) -> None:
         should = await _run_level(python, kit, url, "should")
         may = await _run_level(python, kit, url, "may")
 
+    # The kit ran authenticated: every context it made belongs to its caller.
+    with sqlite3.connect(tmp_path / "agent.db") as db:
+        owners = dict(db.execute("SELECT owner, count(*) FROM agent_sessions GROUP BY owner").fetchall())
+    assert set(owners) == {"agent:a2a-tck"} and owners["agent:a2a-tck"] >= 20, owners
     failed = sorted(test for test, outcome in must.items() if outcome == "failed")
     assert failed == [], f"MUST failures: {failed}"
     assert sum(outcome == "passed" for outcome in must.values()) >= 120
