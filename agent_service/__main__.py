@@ -1,5 +1,6 @@
 """``python -m agent_service --host H --port P [--workers N]`` serves the API; ``python -m agent_service
-migrate`` upgrades the database to the latest revision.
+migrate`` upgrades the database to the latest revision; ``python -m agent_service hash-key`` reads an API
+key on standard input and prints the SHA-256 an ``AGENT_SERVICE_CALLERS`` entry holds for it.
 
 With ``--workers N`` (N > 1) a parent process migrates (when the settings say so, as a single process
 would), binds the port once and runs N worker processes on it (``shared.workers``)."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import logging
 import os
 import socket
@@ -65,12 +67,19 @@ def _serve_workers(settings: AgentServiceSettings, args: argparse.Namespace) -> 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m agent_service", description="TaskForce Agent Service")
-    parser.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
+    parser.add_argument("command", nargs="?", choices=["serve", "migrate", "hash-key"], default="serve")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "1")),
                         help="worker processes serving the port (default: WORKERS or 1)")
     args = parser.parse_args(argv)
+    if args.command == "hash-key":
+        # From standard input, not an argument: a key on a command line lands in the shell's history.
+        key = sys.stdin.readline().strip()
+        if not key:
+            parser.error("hash-key reads the key on standard input")
+        print(hashlib.sha256(key.encode()).hexdigest())
+        return
 
     settings = AgentServiceSettings()
     configure_logging("agent_service", settings.log_level)

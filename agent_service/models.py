@@ -26,6 +26,7 @@ class AgentSession(Base):
     __table_args__ = (
         Index("ix_agent_sessions_owner_updated", "owner", "updated_at"),
         Index("ix_agent_sessions_user_updated", "org_id", "user_id", "updated_at"),
+        Index("ix_agent_sessions_context_id", "context_id"),
     )
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
@@ -50,6 +51,8 @@ class AgentSession(Base):
     owner: Mapped[str] = mapped_column(String(160), default=LEGACY_PRINCIPAL, server_default=LEGACY_PRINCIPAL)
     user_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     org_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # The A2A context id its client chose, where another caller's session had it as its id (a2a.repository).
+    context_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class AgentRun(Base):

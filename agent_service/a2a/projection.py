@@ -52,11 +52,14 @@ def _state_after_error(code: str) -> TaskState:
 
 @dataclass
 class TaskProjection:
-    """``task_id`` is the id of the run that started the task; ``created`` its start."""
+    """``task_id`` is the id of the run that started the task; ``created`` its start; ``context_id`` the
+    context as its client names it, held by the session ``session_id`` (the same id, unless another
+    caller's session already had it: ``a2a.contexts``)."""
 
     task_id: str
     context_id: str
     created: datetime
+    session_id: str = ""
     state: TaskState = TaskState.SUBMITTED
     status_ts: datetime | None = None
     status_message: dict[str, Any] | None = None

@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from agent_service.a2a.errors import TaskNotFound
 from agent_service.a2a.projection import TaskProjection
-from agent_service.a2a.repository import TaskRepository, TaskRow
-from agent_service.access.caller import Caller, Owner, Visibility
+from agent_service.a2a.repository import Context, TaskRepository, TaskRow
+from agent_service.access.caller import Caller, Visibility
 from agent_service.events.event_log import EventLog
 from agent_service.repository import EventRepository
 from shared.protocol import EventEnvelope
@@ -39,7 +39,9 @@ class TaskReader:
 
     async def read(self, row: TaskRow, upto: int | None = None) -> TaskProjection:
         """The task as its events up to ``upto`` (default: all so far) make it."""
-        projection = TaskProjection(task_id=row.task_id, context_id=row.context_id, created=row.created)
+        projection = TaskProjection(
+            task_id=row.task_id, context_id=row.context_id, created=row.created, session_id=row.session_id,
+        )
         await self.fold(projection, row.first_seq - 1, upto)
         return projection
 
@@ -53,7 +55,7 @@ class TaskReader:
             projection.apply(env)
             return not projection.terminal
 
-        await self._each(projection.context_id, after, take)
+        await self._each(projection.session_id, after, take)
 
     async def _each(self, session_id: str, after: int, take: Callable[[EventEnvelope], bool]) -> None:
         """Hand the session's events after ``after`` to ``take`` in seq order, while it wants more."""
@@ -78,16 +80,22 @@ class TaskReader:
             if sub is not None:
                 self._log.unsubscribe(session_id, sub)
 
-    async def of_context(self, context_id: str, owner: Owner) -> list[TaskProjection]:
+    async def of_context(self, context: Context) -> list[TaskProjection]:
         async with self._sessionmaker() as db:
-            rows = await TaskRepository(db).of_context(context_id, owner)
+            rows = await TaskRepository(db).of_context(context)
         return [await self.read(row) for row in rows]
 
-    async def recent_contexts(self, limit: int, caller: Caller) -> list[tuple[str, Owner]]:
+    async def recent_contexts(self, limit: int, caller: Caller) -> list[Context]:
         """The contexts ``caller`` may see, updated last first."""
         async with self._sessionmaker() as db:
             return await TaskRepository(db).recent_contexts(limit, Visibility.of(caller))
 
-    async def context_owner(self, context_id: str) -> Owner | None:
+    async def context(self, context_id: str, caller: Caller) -> Context | None:
+        """The context ``caller`` calls ``context_id``: a session it may see (None: it has none by that id)."""
         async with self._sessionmaker() as db:
-            return await TaskRepository(db).context_owner(context_id)
+            return await TaskRepository(db).context(context_id, Visibility.of(caller))
+
+    async def context_taken(self, context_id: str) -> bool:
+        """Whether some session already has ``context_id`` as its id."""
+        async with self._sessionmaker() as db:
+            return await TaskRepository(db).session_exists(context_id)

@@ -96,23 +96,27 @@ class A2AService:
             inbound_message_id.reset(token)
 
     async def _begin(self, request: SendMessageRequest, caller: Caller) -> Started:
-        context_id = request.message.context_id
-        owner = await self.reader.context_owner(context_id) if context_id is not None else None
-        if owner is not None and not caller.may_see(owner):
-            # Client-chosen context ids share one namespace: another's cannot be used, nor taken over.
-            raise InvalidParams(
-                f"contextId {context_id!r} cannot be used: continue one of your own contexts, or leave it out "
-                "to start a new one"
-            )
+        """A new task: in the caller's context of the message's ``contextId`` if it has one, else in a
+        new context of that name (under an id of its own where another's session has that id)."""
+        name = request.message.context_id
+        context = await self.reader.context(name, caller) if name is not None else None
+        new_session_id = named = None
+        if context is None and name is not None:
+            if await self.reader.context_taken(name):
+                named = name
+            else:
+                new_session_id = name
         user = caller.acting_for(self._requested_user(request, caller))
         execute = ExecuteRequest(
-            session_id=context_id if owner is not None else None,
+            session_id=context.session_id if context is not None else None,
             profile_name=skill_of(request, self._settings.a2a_profile),
             message=message_text(request.message, self._settings.a2a_file_types), user_context=user,
         )
-        handle = await self._runs.execute(execute, None, caller, new_session_id=None if owner is not None else context_id)
-        row = TaskRow(handle.run_id, handle.session_id, handle.first_seq, utcnow(), caller.owner_of(user))
-        return Started(row, TaskProjection(task_id=row.task_id, context_id=row.context_id, created=row.created), handle)
+        handle = await self._runs.execute(execute, None, caller, new_session_id=new_session_id, context_id=named)
+        context_id = context.context_id if context is not None else named or handle.session_id
+        row = TaskRow(handle.run_id, handle.session_id, context_id, handle.first_seq, utcnow(), caller.owner_of(user))
+        projection = TaskProjection(task_id=row.task_id, context_id=context_id, created=row.created, session_id=row.session_id)
+        return Started(row, projection, handle)
 
     def _requested_user(self, request: SendMessageRequest, caller: Caller) -> UserContext | None:
         """The user the metadata names: where it names an organisation only, a service's configured
@@ -144,7 +148,7 @@ class A2AService:
             )
         answer = Answer(question_id=projection.question_id, text=message_text(message, self._settings.a2a_file_types), approved=approval_of(message))
         execute = ExecuteRequest(
-            session_id=row.context_id, profile_name=self._settings.a2a_profile, answer=answer,
+            session_id=row.session_id, profile_name=self._settings.a2a_profile, answer=answer,
             user_context=caller.acting_for(self._requested_user(request, caller)),
         )
         handle = await self._runs.execute(execute, None, caller)
@@ -183,7 +187,7 @@ class A2AService:
         if projection.terminal:
             raise TaskNotCancelable(f"task {row.task_id} is {projection.state.value} already", taskId=row.task_id)
         try:
-            await self._sessions.cancel(row.context_id, caller)
+            await self._sessions.cancel(row.session_id, caller)
         except NothingToCancel:
             pass  # it ended meanwhile: the task says how
         except AgentServiceError as exc:
@@ -198,11 +202,11 @@ class A2AService:
         """The caller's tasks only (spec 3.1.4, 13.1): of its contexts, or of the one it names if it
         may see it (another's context lists nothing, as one that does not exist)."""
         if request.context_id is not None:
-            owner = await self.reader.context_owner(request.context_id)
-            contexts = [(request.context_id, owner)] if owner is not None and caller.may_see(owner) else []
+            context = await self.reader.context(request.context_id, caller)
+            contexts = [context] if context is not None else []
         else:
             contexts = await self.reader.recent_contexts(RECENT_CONTEXTS, caller)
-        tasks = [task for context, owner in contexts for task in await self.reader.of_context(context, owner)]
+        tasks = [task for context in contexts for task in await self.reader.of_context(context)]
         tasks = [task for task in tasks if _matches(task, request)]
         tasks.sort(key=_order, reverse=True)
         if request.page_token:

@@ -109,12 +109,12 @@ class TaskStreams:
         try:
             encode = encoder(projection, frame, ended)
             while not projection.terminal and not ended.is_set() and not self._stopping.is_set():
-                await self._service.streamer.serve(write, row.context_id, after, disconnected=ended, encode=encode)
+                await self._service.streamer.serve(write, row.session_id, after, disconnected=ended, encode=encode)
                 after = max(after, projection.last_seq)
                 if projection.terminal or ended.is_set():
                     return
                 # The task waits for input: its next run starts when the answer comes.
-                await self._next_run(write, row.context_id, after, ended, caller)
+                await self._next_run(write, row.session_id, after, ended, caller)
         finally:
             relay.cancel()
 

@@ -74,12 +74,13 @@ class RunService:
 
     async def execute(
         self, request: ExecuteRequest, idempotency_key: str | None, caller: Caller, *,
-        new_session_id: str | None = None,
+        new_session_id: str | None = None, context_id: str | None = None,
     ) -> RunHandle:
         """Start (or join, or resume) a run for ``caller``, acting for the user it may act for (403
         otherwise); a session it may not see is not found. ``new_session_id``: a new session (no
         ``request.session_id``) takes this id instead of a generated one; an A2A client may choose its
-        own ``contextId``. It fails like a concurrent start (409) when a session has the id already."""
+        own ``contextId``. It fails like a concurrent start (409) when a session has the id already.
+        ``context_id``: the A2A context a new session holds under another id (``a2a.repository``)."""
         check_request(request, idempotency_key, self._settings.max_message_chars)
         acting = caller.acting_for(request.user_context)
         if acting is not request.user_context:
@@ -92,7 +93,7 @@ class RunService:
         place = self._admission.admit()
         try:
             async with self._locks(session_id):
-                handle = await self._start(request, idempotency_key, session_id, profile, place, caller)
+                handle = await self._start(request, idempotency_key, session_id, profile, place, caller, context_id)
         except BaseException:
             place.release()
             raise
@@ -102,6 +103,7 @@ class RunService:
 
     async def _start(
         self, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile, place: Slot, caller: Caller,
+        context_id: str | None = None,
     ) -> RunHandle:
         try:
             # A run that has to wait for its place does not call the model before it has one.
@@ -110,7 +112,7 @@ class RunService:
             ) as early:
                 if request.session_id is not None and request.answer is None:
                     early.start_from_snapshot(profile)
-                claim = await self._claim(request, key, session_id, profile, early, caller)
+                claim = await self._claim(request, key, session_id, profile, early, caller, context_id)
                 return claim if isinstance(claim, RunHandle) else self._launch(claim, early, place)
         except IntegrityError:
             # A concurrent execute with the same Idempotency-Key (or session id) won the race.
@@ -122,7 +124,7 @@ class RunService:
 
     async def _claim(
         self, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile, early: EarlyModelCall,
-        caller: Caller,
+        caller: Caller, context_id: str | None,
     ) -> RunHandle | Claim:
         """The claim's transaction: the run its key started (joined), or the session claimed for a
         new run and the run's row written (one statement on PostgreSQL after the session's read,
@@ -139,7 +141,7 @@ class RunService:
                 if joined is not None:
                     return joined
             if request.session_id is None:
-                claim = await self._claim_new(db, request, key, session_id, profile, early, now, caller)
+                claim = await self._claim_new(db, request, key, session_id, profile, early, now, caller, context_id)
             else:
                 claim = await self._claim_session(db, request, key, profile, early, now, caller)
         if claim is None:
@@ -158,7 +160,7 @@ class RunService:
 
     async def _claim_new(
         self, db: AsyncSession, request: ExecuteRequest, key: str | None, session_id: str, profile: Profile,
-        early: EarlyModelCall, now: datetime, caller: Caller,
+        early: EarlyModelCall, now: datetime, caller: Caller, context_id: str | None,
     ) -> Claim:
         state = RunState.first(request, profile.system_prompt)
         user = request.user_context
@@ -170,7 +172,7 @@ class RunService:
              "user_context": user.model_dump(mode="json"), "transcript": state.transcript_json(),
              "run_state": None, "pending_question": None, "last_seq": 0, "seq_reserved": self._log.seq_block,
              "current_run_id": run_id, "created_at": now, "updated_at": now,
-             "owner": owner.principal, "user_id": owner.user_id, "org_id": owner.org_id},
+             "owner": owner.principal, "user_id": owner.user_id, "org_id": owner.org_id, "context_id": context_id},
             self._run_row(run_id, session_id, 1, key, now, caller),
         )
         return Claim(session_id, run_id, 1, self._log.seq_block, profile, state, None, user, owner)
