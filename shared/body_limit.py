@@ -25,8 +25,10 @@ def over_content_cap(errors: Iterable[Mapping[str, Any]]) -> bool:
     )
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(BaseException):
+    """Raised from ``receive`` inside the app: a BaseException, like a cancellation, so that no handler
+    of the app that catches ``Exception`` (the A2A bindings answer every error in their own format)
+    turns the refusal into an error answer of its own; this middleware answers it."""
 
 
 # A door with an error format of its own (A2A's JSON-RPC and HTTP+JSON bindings) renders the refusal

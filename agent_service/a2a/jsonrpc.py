@@ -47,6 +47,11 @@ _PUSH_METHODS = frozenset({
     "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig", "ListTaskPushNotificationConfigs",
     "DeleteTaskPushNotificationConfig",
 })
+STREAM_METHODS = frozenset({"SendStreamingMessage", "SubscribeToTask"})
+# Every method this binding answers (each has its caller: the tenancy test holds them to it).
+METHODS = frozenset({
+    "SendMessage", "GetTask", "ListTasks", "CancelTask", *STREAM_METHODS, *_PUSH_METHODS, "GetExtendedAgentCard",
+})
 RequestId = str | int | None
 
 
@@ -136,7 +141,7 @@ async def jsonrpc(request: Request) -> Response:
         transport.check_content_type(request)
         request_id, method, params = _envelope(await request.body())
         transport.check_version(request)
-        if method in ("SendStreamingMessage", "SubscribeToTask"):
+        if method in STREAM_METHODS:
             return await _stream(request, a2a, request_id, method, params, caller)
         return _answer(request_id, result=await _unary(a2a, method, params, caller))
     except A2AError as exc:

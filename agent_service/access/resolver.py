@@ -5,10 +5,11 @@
   full-trust service ``service`` (what every key was before callers had names; said at start-up).
   Every key is compared, in constant time, whichever matches.
 - A bearer token is an access token of ``AGENT_SERVICE_AUTH_OIDC_ISSUER`` (never an ID token:
-  ``shared.oidc.verifier``). It is a **service** when its client (``azp``, else ``client_id``) is in
-  ``AGENT_SERVICE_AUTH_SERVICE_CLIENTS`` or its permissions claim (roles, scope) holds
-  ``AGENT_SERVICE_AUTH_SERVICE_ROLE``; an **agent** when its client is in
-  ``AGENT_SERVICE_AUTH_AGENT_CLIENTS``; otherwise it is a **user** token and acts only as its subject.
+  ``shared.oidc.verifier``). It is a **service** when it is its client's own token (client credentials,
+  no user behind it) and the client (``azp``, else ``client_id``) is in ``AGENT_SERVICE_AUTH_SERVICE_CLIENTS``,
+  or when its permissions claim (roles, scope) holds ``AGENT_SERVICE_AUTH_SERVICE_ROLE``; an **agent** when
+  it is the own token of a client in ``AGENT_SERVICE_AUTH_AGENT_CLIENTS``; otherwise it is a **user** token
+  and acts only as its subject (a user signed in through an allowed client is still that user).
   A service or agent token that carries an organisation claim acts for that organisation only.
 """
 
@@ -109,12 +110,29 @@ class CallerResolver:
     def _of_token(self, token: VerifiedToken) -> Caller:
         client = token.claims.get("azp") or token.claims.get("client_id")
         client = client if isinstance(client, str) and client else None
+        own = client is not None and client_credentials(token, client)
         orgs = frozenset({token.org}) if token.org is not None else None
-        if client in self._service_clients or (self._service_role is not None and self._service_role in token.permissions):
+        if (own and client in self._service_clients) or (
+            self._service_role is not None and self._service_role in token.permissions
+        ):
             return Caller(name=client or token.subject, kind=CallerKind.SERVICE, orgs=orgs, permissions=ALL_PERMISSIONS)
-        if client is not None and client in self._agent_clients:
+        if own and client in self._agent_clients:
             return Caller(name=client, kind=CallerKind.AGENT, orgs=orgs, permissions=ALL_PERMISSIONS)
         return Caller(
             name=token.subject, kind=CallerKind.USER, orgs=orgs, permissions=ALL_PERMISSIONS,
             user_id=token.subject, org_id=token.org, user_permissions=token.permissions,
         )
+
+
+def client_credentials(token: VerifiedToken, client: str) -> bool:
+    """Whether a token is its client's own (client credentials) rather than a user's, as each provider
+    marks it: the client as subject (oidc-provider, Okta; Auth0's ``<id>@clients`` and ``gty``), Entra ID's
+    ``idtyp: app``, Keycloak's service-account user."""
+    claims = token.claims
+    username = claims.get("preferred_username")
+    return (
+        token.subject in (client, f"{client}@clients")
+        or claims.get("gty") == "client-credentials"
+        or claims.get("idtyp") == "app"
+        or (isinstance(username, str) and username == f"service-account-{client}")
+    )

@@ -125,6 +125,9 @@ CHAT_CLIENT = Client("taskforce-chat", "chat-client-secret-0123456789abcdef")
 RS_TESTER = Client("api-tester-rs", "tester-rs-secret-0123456789abcdef")
 ES_TESTER = Client("api-tester-es", "tester-es-secret-0123456789abcdef")
 AGENT_CALLER = Client("chat-to-agent", "chat-to-agent-secret-0123456789")
+# A sign-in client whose id is the Agent Service's audience (a single-app registration, as the chat's is):
+# its ID tokens name that audience, and its users' access tokens are for the Agent Service.
+AGENT_UI = Client(AGENT_AUDIENCE, "agent-ui-secret-0123456789abcdef")
 CHAT_ONLY = Client("chat-only-service", "chat-only-secret-0123456789abcd")
 
 
@@ -151,9 +154,9 @@ class OpenIDProvider:
                        "token_endpoint_auth_method": "client_secret_basic"}
         clients = [
             {**code_client, "client_id": CHAT_CLIENT.client_id, "client_secret": CHAT_CLIENT.secret,
-             "redirect_uris": [f"{chat}/auth/callback"], "post_logout_redirect_uris": [f"{chat}/"]},
+             "redirect_uris": [f"{chat}/auth/callback", TEST_REDIRECT_URI], "post_logout_redirect_uris": [f"{chat}/"]},
             *({**code_client, "client_id": c.client_id, "client_secret": c.secret,
-               "redirect_uris": [TEST_REDIRECT_URI]} for c in (RS_TESTER, ES_TESTER)),
+               "redirect_uris": [TEST_REDIRECT_URI]} for c in (RS_TESTER, ES_TESTER, AGENT_UI)),
             *({"client_id": c.client_id, "client_secret": c.secret, "grant_types": ["client_credentials"],
                "response_types": [], "redirect_uris": [], "token_endpoint_auth_method": "client_secret_basic"}
               for c in (AGENT_CALLER, CHAT_ONLY)),
@@ -167,7 +170,8 @@ class OpenIDProvider:
                 CHAT_RESOURCE: {"audience": CHAT_AUDIENCE, "scope": "chat", "ttl": self.config.ttl},
                 AGENT_RESOURCE: {"audience": AGENT_AUDIENCE, "scope": "agent", "ttl": 300},
             },
-            "default_resource": {c.client_id: CHAT_RESOURCE for c in (CHAT_CLIENT, RS_TESTER, ES_TESTER)},
+            "default_resource": {**{c.client_id: CHAT_RESOURCE for c in (CHAT_CLIENT, RS_TESTER, ES_TESTER)},
+                                 AGENT_UI.client_id: AGENT_RESOURCE},
         }
         path = self.tmp_path / f"oidc-provider-{self.port}.json"
         path.write_text(json.dumps(document), encoding="utf-8")
@@ -229,14 +233,17 @@ class OpenIDProvider:
         assert response.status_code == 200, response.text
         return response.json()["access_token"]
 
-    async def user_tokens(self, user: str = "alice", client: Client = RS_TESTER) -> dict[str, Any]:
-        """Authorization code with PKCE for ``user``, signing in on the provider's page."""
+    async def user_tokens(
+        self, user: str = "alice", client: Client = RS_TESTER, scope: str = "openid profile chat offline_access",
+    ) -> dict[str, Any]:
+        """Authorization code with PKCE for ``user``, signing in on the provider's page: its access token
+        (for the client's default resource), ID token (for the client) and refresh token."""
         password = self.config.users[user]["password"]
         verifier = secrets.token_urlsafe(48)
         challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
         query = urlencode({
             "client_id": client.client_id, "response_type": "code", "redirect_uri": TEST_REDIRECT_URI,
-            "scope": "openid profile chat offline_access", "state": secrets.token_urlsafe(16),
+            "scope": scope, "state": secrets.token_urlsafe(16),
             "nonce": secrets.token_urlsafe(16), "code_challenge": challenge, "code_challenge_method": "S256",
         })
         async with httpx.AsyncClient(base_url=self.issuer, follow_redirects=False) as http:

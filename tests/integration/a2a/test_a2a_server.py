@@ -10,6 +10,7 @@ import base64
 from collections.abc import AsyncIterator, Sequence
 
 import httpx
+import orjson
 
 from shared.llm.base import LLMDone, LLMEvent, LLMMessage, TextDelta, ToolSpec
 from shared.protocol import EventType
@@ -187,3 +188,53 @@ async def test_files_of_the_accepted_types_reach_the_model_and_others_are_refuse
         finally:
             await client.aclose()
             await rest.aclose()
+
+
+async def test_a_request_whose_id_is_not_a_scalar_is_invalid_and_runs_nothing(a2a_url: str) -> None:
+    """JSON-RPC 2.0 4: an id is a string, a number or null. An object, array or boolean id is an Invalid
+    Request (-32600), answered with id null, and the method is not run."""
+    client = A2AClient(a2a_url)
+    try:
+        before = (await client.call("ListTasks", {})).json()["result"]["totalSize"]
+        message = {"message": {"role": "ROLE_USER", "parts": [{"text": "what is 2+2"}], "messageId": "id-kinds"}}
+        for request_id in ({"a": 1}, [1], True, False):
+            answer = await client.http.post("/a2a/jsonrpc", json={
+                "jsonrpc": "2.0", "id": request_id, "method": "SendMessage", "params": message,
+            })
+            assert answer.status_code == 200
+            assert answer.json()["id"] is None and answer.json()["error"]["code"] == -32600, answer.text
+        assert (await client.call("ListTasks", {})).json()["result"]["totalSize"] == before
+        # The ids JSON-RPC allows are answered with themselves.
+        for request_id in ("s-1", 7, None):
+            answer = await client.http.post("/a2a/jsonrpc", json={
+                "jsonrpc": "2.0", "id": request_id, "method": "GetTask", "params": {"id": "none"},
+            })
+            assert answer.json()["id"] == request_id and answer.json()["error"]["code"] == -32001
+    finally:
+        await client.aclose()
+
+
+async def test_an_oversized_body_is_refused_in_each_bindings_format(a2a_factory) -> None:
+    async with a2a_factory(max_body_bytes=2048) as url, httpx.AsyncClient(base_url=url, headers=VERSION | {
+        "X-API-Key": API_KEY, "Content-Type": "application/json",
+    }) as http:
+        body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "role": "ROLE_USER", "parts": [{"text": "x" * 4000}], "messageId": "big"}}})
+        rpc = await http.post("/a2a/jsonrpc", content=body)
+        assert rpc.status_code == 413
+        assert rpc.json() == {"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32600, "message": "request bodies are limited to 2048 bytes"}}
+        rest = await http.post("/a2a/v1/message:send", content=body)
+        assert rest.status_code == 413
+        assert rest.json()["error"]["code"] == 413 and rest.json()["error"]["status"] == "INVALID_ARGUMENT"
+        # A chunked body (no Content-Length) is counted as it comes and refused the same way.
+        async def chunks():
+            for _ in range(4):
+                yield b" " * 1024
+            yield body
+
+        streamed = await http.post("/a2a/jsonrpc", content=chunks())
+        assert streamed.status_code == 413 and streamed.json()["error"]["code"] == -32600
+        # The service's own API keeps its ErrorBody.
+        api = await http.post("/api/v1/agent/execute", content=body)
+        assert api.status_code == 413 and api.json()["error"] == "payload_too_large"

@@ -19,6 +19,8 @@ from tests.integration.conversation_service.support import collect_until, recv_f
 from tests.support.oidc_provider import (
     AGENT_CALLER,
     AGENT_RESOURCE,
+    CHAT_AUDIENCE,
+    CHAT_CLIENT,
     ES_TESTER,
     RS_TESTER,
     OpenIDProvider,
@@ -143,3 +145,51 @@ async def test_metrics_count_refusals_by_check(provider: OpenIDProvider, chat: s
         return float(line.split()[-1])
 
     assert count(after.text) == count(before.text) + 1
+
+
+@pytest.mark.parametrize("marked", [False, True], ids=["by-its-claims", "by-the-access-token-typ"])
+async def test_an_id_token_is_not_a_bearer_token_even_for_the_apis_audience(
+    tmp_path, provider: OpenIDProvider, marked: bool,
+) -> None:
+    """The sign-in client's id is the API's audience here (a single-app registration, as at Entra ID):
+    its ID token names the API as audience, and is still refused wherever a bearer is taken, REST and
+    WebSocket, by what only ID tokens carry (its nonce) or, where the provider marks access tokens
+    (``typ: at+jwt``), by the missing mark. The access token of the same sign-in works."""
+    assert CHAT_CLIENT.client_id == CHAT_AUDIENCE
+    extra = {"access_token_typ": "at+jwt"} if marked else {}
+    async with chat_with_provider(tmp_path, provider, **extra) as (chat, _app):
+        tokens = await provider.user_tokens("alice", CHAT_CLIENT)
+        assert _claims(tokens["id_token"])["aud"] == CHAT_AUDIENCE
+        async with httpx.AsyncClient(base_url=chat) as http:
+            created = await http.post("/conversations", json={"title": "mine"}, headers=bearer(tokens["access_token"]))
+            assert created.status_code == 201, created.text
+            for method, path in (("GET", "/conversations"), ("POST", "/conversations"),
+                                 ("GET", f"/conversations/{created.json()['id']}")):
+                refused = await http.request(method, path, json={} if method == "POST" else None,
+                                             headers=bearer(tokens["id_token"]))
+                assert refused.status_code == 401, (method, path, refused.text)
+                assert "ID token" in refused.json()["detail"] and "Alice" not in refused.text
+        url = ws_url(chat, created.json()["id"])
+        with pytest.raises(InvalidStatus):  # refused in the handshake
+            await websockets.connect(url, additional_headers=bearer(tokens["id_token"]))
+        async with websockets.connect(url) as ws:  # or as the first frame, as a browser sends it
+            await ws.send(json.dumps({"type": "auth", "token": tokens["id_token"]}))
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await recv_frame(ws)
+        assert closed.value.rcvd.code == 1008
+
+
+async def test_a_token_that_carries_an_id_tokens_claims_is_refused(provider: OpenIDProvider, chat: str) -> None:
+    """Signed by the provider's own key for the API's audience, with a nonce or at_hash, or Keycloak's
+    ``typ: ID``: an ID token, whatever else it says."""
+    async with httpx.AsyncClient(base_url=chat) as http:
+        for marker in ({"nonce": "n-0123"}, {"at_hash": "x3fQ"}, {"c_hash": "y7tA"}, {"typ": "ID"}):
+            token = provider.sign(provider.claims("alice", **marker))
+            refused = await http.get("/conversations", headers=bearer(token))
+            assert refused.status_code == 401 and "ID token" in refused.json()["detail"], (marker, refused.text)
+        plain = provider.sign(provider.claims("alice"))
+        assert (await http.get("/conversations", headers=bearer(plain))).status_code == 200
+
+
+def _claims(token: str) -> dict:
+    return json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
