@@ -14,9 +14,11 @@ import httpx
 import orjson
 import pytest
 import websockets
+from packaging.utils import canonicalize_name
 
 from conversation_service.auth.tokens import issue_token
 from tests.support.install import build_wheel, clean_env, install
+from tests.support.locks import RUNTIME_LOCK, read_lock
 from tests.support.servers import ServiceProcess
 
 SECRET = "plain-install-secret-0123456789abcdef0123456789"
@@ -37,13 +39,16 @@ for top in {PACKAGES!r}:
             failed[module.name] = repr(exc)
 print(json.dumps({{"found": found, "failed": failed}}))
 """
+LIST_DISTRIBUTIONS = (
+    "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+)
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """The installed environment's python (built and installed once for this module's tests)."""
     where = tmp_path_factory.mktemp("plain-install")
-    return install(build_wheel(where / "build"), where / "venv")
+    return install(build_wheel(where / "build"), where / "venv", lock=RUNTIME_LOCK)
 
 
 def test_every_module_imports_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
@@ -59,6 +64,19 @@ def test_every_module_imports_from_the_installed_wheel(installed: Path, tmp_path
     assert outside == {}, "modules imported from outside the installed environment"
     # Every package of the project, not a handful: the walk reached the deep modules too.
     assert {"conversation_service.app", "agent_service.app", "conversation_service.auth.sealing"} <= set(report["found"])
+
+
+def test_the_environment_holds_the_locked_versions_and_nothing_else(installed: Path, tmp_path: Path) -> None:
+    """What the image runs: the runtime lock's packages at their versions, the project, nothing more (no
+    installer or build backend either: the environment is made without pip, as in the Dockerfile)."""
+    listed = subprocess.run(
+        [str(installed), "-I", "-c", LIST_DISTRIBUTIONS], check=False, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    found = {canonicalize_name(name): version for name, version in json.loads(listed.stdout).items()}
+    locked = {name: entry.version for name, entry in read_lock(RUNTIME_LOCK).items() if entry.applies()}
+    assert found.pop("taskforce-bridge") == "0.1.0"
+    assert found == locked
 
 
 async def test_the_installed_services_migrate_start_and_answer_a_delegated_message(
@@ -84,10 +102,19 @@ async def test_the_installed_services_migrate_start_and_answer_a_delegated_messa
         assert done.returncode == 0, stderr.decode()[-3000:]
 
     agent = ServiceProcess("agent_service", agent_env, python=installed, cwd=run)
+    probe = [str(installed), "-m", "shared.healthcheck"]
+    closed = await asyncio.to_thread(subprocess.run, [*probe, "http://127.0.0.1:9/health"], check=False, env=clean_env(),
+                                     capture_output=True, timeout=30)
+    assert closed.returncode == 1
     await agent.start(run)
     chat = ServiceProcess("conversation_service", {**chat_env, "AGENT_SERVICE_URL": agent.url}, python=installed, cwd=run)
     try:
         await chat.start(run)
+        # The image's HEALTHCHECK command, run by the installed interpreter against both services.
+        for url in (agent.url, chat.url):
+            checked = await asyncio.to_thread(subprocess.run, [*probe, f"{url}/health"], check=False, env=clean_env(),
+                                              capture_output=True, text=True, timeout=30)
+            assert checked.returncode == 0, checked.stdout
         headers = {"Authorization": f"Bearer {issue_token(SECRET, 'alice', 'acme', ttl_s=600)}"}
         async with httpx.AsyncClient(base_url=chat.url, headers=headers, timeout=30) as http:
             created = await http.post("/conversations", json={"title": "installed"})

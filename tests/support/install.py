@@ -49,13 +49,16 @@ def build_wheel(out: Path, source: Path = REPO_ROOT) -> Path:
 
 def install(wheel: Path, target: Path, lock: Path | None = None) -> Path:
     """A fresh virtual environment at ``target`` with ``wheel`` installed, no extras; with ``lock``, every
-    dependency at its locked version and hash first. Returns the environment's python."""
-    venv.EnvBuilder(with_pip=True, clear=True).create(target)
+    dependency at its locked version and hash first. As the Dockerfile does, the environment gets no pip of
+    its own: this interpreter's pip installs into it (``--python``), so what runs there is only the lock's
+    packages and the project. Returns the environment's python."""
+    venv.EnvBuilder(with_pip=False, clear=True).create(target)
     python = target / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
     if lock is not None:
-        _run([str(python), "-m", "pip", "install", "-q", "--require-hashes", "--no-deps", "-r", str(lock)])
-        _run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)])
-        _run([str(python), "-m", "pip", "check"])
+        _run([*pip, "install", "-q", "--require-hashes", "--no-deps", "-r", str(lock)])
+        _run([*pip, "install", "-q", "--no-deps", str(wheel)])
+        _run([*pip, "check"])
     else:
-        _run([str(python), "-m", "pip", "install", "-q", str(wheel)])
+        _run([*pip, "install", "-q", str(wheel)])
     return python

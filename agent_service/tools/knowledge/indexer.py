@@ -1,5 +1,10 @@
 """Loading the knowledge sources into the database at start-up, idempotently by content hash, so the
 table always mirrors the sources. Files are read and hashed in a worker thread, off the event loop.
+
+The default sources are the checkout's ``docs/`` and ``README.md``; an installed wheel has neither (the
+image ships the docs and points ``AGENT_SERVICE_KNOWLEDGE_DIR`` at them). When no source exists the table
+is left as it is, with a warning that names the setting: a replica started without its folder (a missing
+volume) must not empty what the others index.
 """
 
 from __future__ import annotations
@@ -94,6 +99,13 @@ def scan(sources: Sequence[Path]) -> tuple[list[KnowledgeDocument], int]:
 async def index_knowledge(sessionmaker: async_sessionmaker, knowledge_dir: Path | None = None) -> IndexReport:
     """Start-up entry point: (re)load ``knowledge_dir`` (the defaults when None) into the database."""
     sources = [knowledge_dir] if knowledge_dir is not None else list(DEFAULT_KNOWLEDGE_SOURCES)
+    if not any(source.exists() for source in sources):
+        logger.warning(
+            "knowledge sources not found: knowledge_search answers from what was indexed before (nothing on a new "
+            "database); set AGENT_SERVICE_KNOWLEDGE_DIR to a folder of documents",
+            extra={"sources": [str(source) for source in sources]},
+        )
+        return IndexReport(added=0, updated=0, unchanged=0, removed=0, skipped=0)
     documents, skipped = await asyncio.to_thread(scan, sources)
     added = updated = unchanged = 0
     async with transaction(sessionmaker) as session:

@@ -176,3 +176,17 @@ async def test_default_sources_are_the_project_docs(sessionmaker) -> None:
         assert "README.md" in await KnowledgeRepository(session).hashes_by_path()
     result = await KnowledgeSearchTool(sessionmaker).run({"query": "TaskForce bridge"}, CTX)
     assert "README.md" in [h["path"] for h in result["results"]]
+
+
+async def test_missing_sources_leave_the_index_as_it_was_and_name_the_setting(
+    sessionmaker, corpus: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An installed wheel has no docs/ beside it, and a replica may start without its folder: the documents
+    indexed before stay searchable, and the log says which setting to set."""
+    await index_knowledge(sessionmaker, corpus)
+    with caplog.at_level("WARNING", logger="agent_service.tools.knowledge.indexer"):
+        report = await index_knowledge(sessionmaker, tmp_path / "not-there")
+    assert report == IndexReport(added=0, updated=0, unchanged=0, removed=0, skipped=0)
+    assert any("AGENT_SERVICE_KNOWLEDGE_DIR" in r.getMessage() for r in caplog.records), caplog.records
+    async with sessionmaker() as session:
+        assert len(await KnowledgeRepository(session).hashes_by_path()) == 4
