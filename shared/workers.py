@@ -45,7 +45,7 @@ _BACKOFF_S = (1, 2, 4, 8, 16, 30)
 # A worker that ran this long before it died restarts its back-off from the beginning.
 _STABLE_S = 60.0
 # On top of the workers' own grace period, before the parent kills what still runs.
-_STOP_MARGIN_S = 5.0
+STOP_MARGIN_S = 5.0
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -159,7 +159,7 @@ class WorkerPool:
         running = [slot for slot in self._slots if slot.restart_at is None and slot.process and slot.process.is_alive()]
         for slot in running:
             os.kill(slot.process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self._grace_s + _STOP_MARGIN_S
+        deadline = time.monotonic() + self._grace_s + STOP_MARGIN_S
         for slot in running:
             slot.process.join(max(0.0, deadline - time.monotonic()))
             if slot.process.is_alive():
