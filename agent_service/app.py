@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import httpx
 from fastapi import FastAPI
@@ -70,6 +71,9 @@ from shared.serving import Shutdown
 from shared.tracing import NO_TRACING, Tracing, TracingOff
 from shared.tracing.asgi import TracingMiddleware
 from shared.tracing.config import TracingConfig, build_tracing
+from shared.tracing.db import trace_engine
+from shared.tracing.genai import traced_provider
+from shared.tracing.http_client import traced_transport
 from shared.tracing.logs import install_log_ids
 
 log = logging.getLogger(__name__)
@@ -114,7 +118,7 @@ async def build_storage(
 ) -> AsyncEngine:
     db_engine = create_engine(settings.database_url)
     stack.push_async_callback(db_engine.dispose)
-    tracing.instrument(db_engine)
+    trace_engine(db_engine, tracing)
     if settings.should_migrate_on_start:
         await run_migrations(db_engine)
     return db_engine
@@ -182,10 +186,10 @@ def build_model(
     if provider is None:
         provider = build_provider(
             settings.llm, on_wait=metrics.llm_connection_wait.observe, on_waiters=metrics.llm_connection_waiters.set,
-            wrap_transport=tracing.transport if tracing.enabled else None,
+            wrap_transport=partial(traced_transport, tracing) if tracing.enabled else None,
         )
         stack.push_async_callback(provider.aclose)
-    return tracing.provider(provider, default_model(settings.llm, provider))
+    return traced_provider(tracing, provider, default_model(settings.llm, provider))
 
 
 async def build_runs(

@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import parse_qsl
 
 import httpx
@@ -73,6 +74,9 @@ from shared.rate_limit import RateLimiter, build_limiter, default_model
 from shared.serving import Shutdown
 from shared.tracing import Tracing, TracingOff
 from shared.tracing.config import TracingConfig, build_tracing
+from shared.tracing.db import trace_engine
+from shared.tracing.genai import traced_provider
+from shared.tracing.http_client import traced_transport
 from shared.tracing.logs import install_log_ids
 from shared.transactions import Transactions, transaction
 
@@ -113,7 +117,7 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 settings.agent_service_url,
                 settings.agent_service_api_key.get_secret_value() or (None if agent_auth else "unset"),
                 config=client_config,
-                transport=tracing.transport(AiohttpTransport(max_connections=client_config.max_connections)),
+                transport=traced_transport(tracing, AiohttpTransport(max_connections=client_config.max_connections)),
                 auth=agent_auth,
             ))
             app.state.agent_client = client  # the memory routes ask the Agent Service directly
@@ -158,7 +162,7 @@ def build_tracing_of(stack: AsyncExitStack, app: FastAPI, settings: Conversation
 @asynccontextmanager
 async def build_storage(settings: ConversationSettings, tracing: Tracing | TracingOff) -> AsyncIterator[Storage]:
     engine = create_engine(settings.conversation_database_url, pool_size=settings.database_pool_size)
-    tracing.instrument(engine)
+    trace_engine(engine, tracing)
     lease_engine = create_lease_engine(settings.conversation_database_url)
     try:
         if settings.should_migrate_on_start:
@@ -244,9 +248,9 @@ async def build_leases(
 async def build_llm(settings: ConversationSettings, tracing: Tracing | TracingOff) -> AsyncIterator[LLMProvider]:
     """The LLM provider (direct replies, history summaries), with its pooled connections; traced
     (a GenAI span per call, ``traceparent`` on its requests) when tracing is on."""
-    llm = build_provider(settings.llm, wrap_transport=tracing.transport if tracing.enabled else None)
+    llm = build_provider(settings.llm, wrap_transport=partial(traced_transport, tracing) if tracing.enabled else None)
     try:
-        yield tracing.provider(llm, default_model(settings.llm, llm))
+        yield traced_provider(tracing, llm, default_model(settings.llm, llm))
     finally:
         await llm.aclose()
 
@@ -335,7 +339,7 @@ async def build_targets(
         # Traced, a call to an A2A agent carries the turn's traceparent as the Agent Service's does.
         limits = httpx.Limits(max_connections=config.max_connections,
                               max_keepalive_connections=config.max_keepalive_connections)
-        return tracing.transport(httpx.AsyncHTTPTransport(limits=limits)) if tracing.enabled else None
+        return traced_transport(tracing, httpx.AsyncHTTPTransport(limits=limits)) if tracing.enabled else None
 
     a2a = {agent.name: A2ATarget(A2AAgentClient(agent, config, card_cache_s=settings.a2a.card_cache_s,
                                                 transport=transport()))

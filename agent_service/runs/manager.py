@@ -142,6 +142,8 @@ class RunManager:
         observation of its duration, whose exemplar names that span's trace."""
         context, started = run.context, time.perf_counter()
         with self._tracing.run(context.session_id, context.run_id, context.profile.name,
+                               provider=self._engine.provider.name,
+                               model=context.profile.model or self._engine.default_model,
                                linked=run.linked_trace) as span:
             await self._drive_run(run)
             span.set_attribute("taskforce.run.outcome", run.outcome)

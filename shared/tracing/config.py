@@ -57,6 +57,8 @@ def build_tracing(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from shared.tracing.export import StoppableExporter
+
     resource = Resource.create()  # OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME
     defaults: dict[str, str] = {}
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
@@ -65,7 +67,9 @@ def build_tracing(
         # One provider per worker process: each is an instance of its own.
         defaults[SERVICE_INSTANCE_ID] = f"{socket.gethostname()}-{os.getpid()}"
     provider = TracerProvider(resource=resource.merge(Resource(defaults)))  # the sampler from OTEL_TRACES_SAMPLER
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    exporter = StoppableExporter(OTLPSpanExporter())
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     log.info("tracing on: spans exported with OTLP over HTTP",
              extra={"service_name": provider.resource.attributes.get(SERVICE_NAME)})
-    return Tracing(provider, trust_client_context=trust_client_context, capture_content=config.capture_content)
+    return Tracing(provider, trust_client_context=trust_client_context, capture_content=config.capture_content,
+                   stop_export=exporter.stop)

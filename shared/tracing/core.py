@@ -6,13 +6,17 @@ one shared ``nullcontext`` holding a non-recording span, and its other methods r
 
 The tracer provider is the service's own (``app.state.tracing``), not OpenTelemetry's global one: a
 test process builds many apps, and each worker process builds its own.
+
+The instrumented parts (``http_client``, ``genai``, ``db``) are built on this module, never the other
+way round: each has one function that wraps its part when tracing is on and returns it as it is when
+off, called once at start-up by the lifespans.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
@@ -21,10 +25,21 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-__all__ = ["NO_TRACING", "Tracing", "TracingOff", "links_to"]
+__all__ = ["FLUSH_ON_SHUTDOWN_S", "NO_TRACING", "Tracing", "TracingOff", "gen_ai_provider_name", "links_to"]
 
 _W3C = TraceContextTextMapPropagator()
 _NULL_SPAN = nullcontext(trace.INVALID_SPAN)
+# On shutdown the spans still queued get one short try: a trace backend that is down or does not answer costs
+# the stop at most this (the exporter's own timeout, OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default, waits
+# through its retries, which is right for a running service and wrong for one stopping).
+FLUSH_ON_SHUTDOWN_S = 1.0
+# gen_ai.provider.name: the conventions' value for OpenAI-compatible endpoints; ours for the built-in model.
+_PROVIDER_NAMES = {"openai": "openai", "builtin": "taskforce.builtin"}
+
+
+def gen_ai_provider_name(provider: str) -> str:
+    """The ``gen_ai.provider.name`` of an LLM provider of ``shared.llm`` (its ``name``)."""
+    return _PROVIDER_NAMES.get(provider, provider)
 
 
 def _context_of(traceparent: str | None) -> otel_context.Context | None:
@@ -71,15 +86,6 @@ class TracingOff:
     def counted(self, events: Any, name: str) -> Any:
         return events
 
-    def transport(self, inner: Any) -> Any:
-        return inner
-
-    def provider(self, inner: Any, default_model: str) -> Any:
-        return inner
-
-    def instrument(self, engine: Any) -> None:
-        return None
-
     async def aclose(self, timeout_s: float) -> None:
         return None
 
@@ -92,8 +98,13 @@ class Tracing:
 
     enabled = True
 
-    def __init__(self, provider: Any, *, trust_client_context: bool, capture_content: bool) -> None:
+    def __init__(
+        self, provider: Any, *, trust_client_context: bool, capture_content: bool,
+        stop_export: Callable[[], None] = lambda: None,
+    ) -> None:
         self.tracer_provider = provider
+        # Makes the exporter give up (an export retrying returns, later ones are dropped): the bound of aclose.
+        self._stop_export = stop_export
         self.tracer = provider.get_tracer("taskforce")
         # Whether a caller's traceparent is honoured (its trace continued) or only linked to.
         self.trust_client_context = trust_client_context
@@ -115,11 +126,15 @@ class Tracing:
         attributes = {"taskforce.turn.id": turn_id, "taskforce.turn.takeover": takeover}
         return self.span("chat turn", attributes=attributes, links=links_to(linked))
 
-    def run(self, session_id: str, run_id: str, profile: str, *, linked: str | None = None) -> AbstractContextManager[Span]:
+    def run(
+        self, session_id: str, run_id: str, profile: str, *, provider: str, model: str, linked: str | None = None,
+    ) -> AbstractContextManager[Span]:
         """An agent run (GenAI ``invoke_agent``), under the execute request that started it: it
-        goes on after that request ends. A resumed run links to the run it continues."""
+        goes on after that request ends. A resumed run links to the run it continues. ``provider``
+        is the LLM provider's name (``shared.llm``), ``model`` the one the run's profile calls."""
         return self.span(f"invoke_agent {profile}", attributes={
             "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": profile,
+            "gen_ai.provider.name": gen_ai_provider_name(provider), "gen_ai.request.model": model,
             "gen_ai.conversation.id": session_id, "taskforce.run.id": run_id,
         }, links=links_to(linked))
 
@@ -174,45 +189,30 @@ class Tracing:
         were and when the first came: one span per stream, not per event."""
         return _counted(self, events, name)
 
-    # -- the instrumented parts (each chosen once, at start-up) ------------------------------------
-
-    def transport(self, inner: Any) -> Any:
-        """An httpx transport that traces and propagates each request (``http_client``)."""
-        from shared.tracing.http_client import TracedTransport
-
-        return TracedTransport(inner, self)
-
-    def provider(self, inner: Any, default_model: str) -> Any:
-        """An LLM provider whose every call is a GenAI span (``genai``)."""
-        from shared.tracing.genai import TracedProvider
-
-        return TracedProvider(inner, self, default_model)
-
-    def instrument(self, engine: Any) -> None:
-        """A span per SQL statement of ``engine`` made under a span (``db``)."""
-        from shared.tracing.db import trace_engine
-
-        trace_engine(engine, self)
-
     # -- shutdown ---------------------------------------------------------------------------------
 
     async def aclose(self, timeout_s: float) -> None:
-        """Export what is left and stop, within ``timeout_s`` (the shutdown's grace): a trace
-        backend that does not answer must not hold the stop up."""
-        done = asyncio.get_running_loop().create_future()
+        """Export what is left and stop, with one short try: within ``FLUSH_ON_SHUTDOWN_S``, or
+        ``timeout_s`` (what is left of the shutdown's grace) when less. Past it the exporter gives up,
+        retries included: a trace backend that is down or does not answer never holds the stop up."""
+        budget_s = max(min(timeout_s, FLUSH_ON_SHUTDOWN_S), 0.1)
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
 
         def stop() -> None:
+            give_up = threading.Timer(budget_s, self._stop_export)
+            give_up.daemon = True
+            give_up.start()
             try:
-                self.tracer_provider.force_flush(int(max(timeout_s, 0.1) * 1000))
-                self.tracer_provider.shutdown()
+                self.tracer_provider.shutdown()  # exports what is queued, then stops the exporter
             finally:
+                give_up.cancel()
                 loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
 
-        loop = asyncio.get_running_loop()
-        # A daemon thread: the exporter's blocking HTTP call left behind does not keep the process up.
+        # A daemon thread: an export blocked in a connect that never answers does not keep the process up.
         threading.Thread(target=stop, name="tracing-flush", daemon=True).start()
         try:
-            await asyncio.wait_for(done, timeout=max(timeout_s, 0.1))
+            await asyncio.wait_for(done, timeout=budget_s + 0.5)
         except TimeoutError:
             pass
 

@@ -1,9 +1,11 @@
 """``TracedProvider``: each model call one span, named and described by the GenAI semantic conventions.
 
 ``chat {model}`` (CLIENT) with ``gen_ai.operation.name``, ``gen_ai.provider.name``,
-``gen_ai.request.model`` (and ``max_tokens``, ``temperature`` when set), ``gen_ai.response.model``,
-``gen_ai.usage.input_tokens``/``output_tokens`` and ``gen_ai.response.finish_reasons``; the stream is
-counted (``taskforce.stream.events``, ``gen_ai``'s time to first chunk), not traced per chunk. The
+``gen_ai.request.model`` (and ``max_tokens``, ``temperature`` when set), ``gen_ai.request.stream``,
+``gen_ai.conversation.id`` (the chat's conversation, or the Agent Service's session, whose log context
+the call runs in), ``gen_ai.response.model``, ``gen_ai.usage.input_tokens``/``output_tokens``,
+``gen_ai.response.finish_reasons`` and ``gen_ai.response.time_to_first_chunk`` (seconds from the
+request to the first chunk); the stream is counted (``taskforce.stream.events``), not traced per chunk. The
 prompt and the answer are recorded (``gen_ai.input.messages``, ``gen_ai.output.messages``) only when
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is true: they are users' data.
 
@@ -33,12 +35,15 @@ from shared.llm.base import (
     TextDelta,
     ToolSpec,
 )
-from shared.tracing.core import Tracing
+from shared.logging import conversation_id_var, session_id_var
+from shared.tracing.core import Tracing, TracingOff, gen_ai_provider_name
 
-__all__ = ["TracedProvider"]
+__all__ = ["TracedProvider", "traced_provider"]
 
-# gen_ai.provider.name: the conventions' value for OpenAI-compatible endpoints; ours for the built-in model.
-_PROVIDER_NAMES = {"openai": "openai", "builtin": "taskforce.builtin"}
+
+def traced_provider(tracing: Tracing | TracingOff, inner: LLMProvider, default_model: str) -> LLMProvider:
+    """``inner`` with a GenAI span per call when tracing is on; ``inner`` itself when off."""
+    return TracedProvider(inner, tracing, default_model) if isinstance(tracing, Tracing) else inner  # type: ignore[return-value]
 
 
 class TracedProvider:
@@ -48,7 +53,7 @@ class TracedProvider:
         self._tracer = tracing.tracer
         self._capture = tracing.capture_content
         self._default_model = default_model
-        self._provider_name = _PROVIDER_NAMES.get(inner.name, inner.name)
+        self._provider_name = gen_ai_provider_name(inner.name)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # the provider's own parts (slots...) stay reachable
@@ -60,8 +65,11 @@ class TracedProvider:
         model = options.model or self._default_model
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat", "gen_ai.provider.name": self._provider_name,
-            "gen_ai.request.model": model,
+            "gen_ai.request.model": model, "gen_ai.request.stream": True,  # every call here streams
         }
+        conversation = conversation_id_var.get() or session_id_var.get()
+        if conversation:
+            attributes["gen_ai.conversation.id"] = conversation
         if options.max_tokens is not None:
             attributes["gen_ai.request.max_tokens"] = options.max_tokens
         if options.temperature is not None:
@@ -107,7 +115,7 @@ class TracedProvider:
             await _close(inner)
             span.set_attribute("taskforce.stream.events", count)
             if first_at is not None:
-                span.set_attribute("taskforce.stream.first_event_ms", round((first_at - started) * 1000, 3))
+                span.set_attribute("gen_ai.response.time_to_first_chunk", round(first_at - started, 6))
             if self._capture and answer:
                 span.set_attribute("gen_ai.output.messages", orjson.dumps(
                     [{"role": "assistant", "content": "".join(answer)}]).decode())

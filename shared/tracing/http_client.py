@@ -13,9 +13,14 @@ from __future__ import annotations
 import httpx
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from shared.tracing.core import Tracing, recording
+from shared.tracing.core import Tracing, TracingOff, recording
 
-__all__ = ["TracedTransport"]
+__all__ = ["TracedTransport", "traced_transport"]
+
+
+def traced_transport(tracing: Tracing | TracingOff, inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+    """``inner`` traced and propagating when tracing is on; ``inner`` itself when off."""
+    return TracedTransport(inner, tracing) if isinstance(tracing, Tracing) else inner
 
 
 class TracedTransport(httpx.AsyncBaseTransport):

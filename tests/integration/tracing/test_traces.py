@@ -173,6 +173,12 @@ async def test_one_websocket_message_is_one_trace_through_both_services(stack: S
     run = _one(spans, "agent_service", "invoke_agent default")
     assert run.parent_span_id == execute.span_id
     assert run.attributes["gen_ai.operation.name"] == "invoke_agent" and run.attributes["taskforce.run.outcome"] == "complete"
+    # The GenAI conventions' required attributes of invoke_agent: who serves the model, and which model.
+    assert run.attributes["gen_ai.provider.name"] == "openai" and run.attributes["gen_ai.request.model"] == MODEL
+    async with httpx.AsyncClient(timeout=10) as http:
+        linked = await http.get(f"{stack.chat.url}/conversations/{cid}/agent-session", headers=_headers())
+    session_id = linked.json()["agent_session_id"]
+    assert session_id and run.attributes["gen_ai.conversation.id"] == session_id
 
     # Each model call: GenAI attributes and token counts; the tool call; both under the run.
     model_calls = [s for s in spans if s.name == f"chat {MODEL}" and s.service == "agent_service"]
@@ -184,6 +190,10 @@ async def test_one_websocket_message_is_one_trace_through_both_services(stack: S
         assert span.attributes["gen_ai.request.model"] == MODEL and span.attributes["gen_ai.response.model"] == MODEL
         assert span.attributes["gen_ai.usage.input_tokens"] == 11 and span.attributes["gen_ai.usage.output_tokens"] > 0
         assert "gen_ai.input.messages" not in span.attributes  # no prompt text unless turned on
+        assert span.attributes["gen_ai.request.stream"] is True
+        assert span.attributes["gen_ai.conversation.id"] == session_id  # the run's, as on invoke_agent
+        assert 0 < span.attributes["gen_ai.response.time_to_first_chunk"] < 30  # seconds, not milliseconds
+        assert not [name for name in span.attributes if name.startswith("taskforce.stream.first")]
     assert sorted(s.attributes["gen_ai.response.finish_reasons"][0] for s in model_calls) == ["stop", "tool_calls"]
     tool = _one(spans, "agent_service", "execute_tool calculator")
     assert tool.parent_span_id == run.span_id and tool.attributes["gen_ai.tool.call.id"] == "call_fake_0"
@@ -241,6 +251,8 @@ async def test_a_direct_reply_posted_over_rest_is_one_trace_down_to_the_model_se
     assert turn.parent_span_id == post.span_id
     model = _one(spans, "conversation_service", f"chat {MODEL}")
     assert turn in stack.receiver.ancestors(model) and model.attributes["gen_ai.usage.output_tokens"] == SHORT
+    assert model.attributes["gen_ai.conversation.id"] == cid and model.attributes["gen_ai.request.stream"] is True
+    assert model.attributes["gen_ai.response.time_to_first_chunk"] > 0
     assert {s.service for s in spans} == {"conversation_service"}  # the direct path: no agent
     sent = [r.traceparent for r in stack.fake.requests if r.traceparent and r.traceparent.split("-")[1] == trace_id]
     assert len(sent) == 1

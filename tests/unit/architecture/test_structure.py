@@ -1,6 +1,7 @@
 """The code's shape, checked: no function longer than a screen and a half, and no loop of imports
 between the parts of a package, its sub-packages and its own modules alike, whatever the loop's
-length (a loop hides which part owns the behaviour)."""
+length (a loop hides which part owns the behaviour); nor between any two modules, an import inside a
+function included (a deferred import still makes two modules depend on each other)."""
 
 from __future__ import annotations
 
@@ -134,3 +135,24 @@ def test_a_loop_of_three_is_found() -> None:
 def test_top_level_modules_are_parts_of_the_graph() -> None:
     edges = import_graph("conversation_service")
     assert "deps" in edges and "lifespan" in edges["app"]
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Which modules of the three packages import which others, wherever the import stands (a package is
+    its ``__init__``; importing ``a.b.c`` is an edge to ``a.b.c``, not to the packages above it)."""
+    modules: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in _modules(package):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        edges[name] |= {module for module in _imported_modules(path) if module in modules and module != name}
+    return edges
+
+
+def test_no_loop_between_modules() -> None:
+    """Wrappers depend on what they wrap, never both ways (``shared.tracing.core`` once built the
+    wrappers of ``db``, ``genai`` and ``http_client``, which imported its ``Tracing``)."""
+    loops = import_loops(module_graph())
+    assert loops == [], "modules that import each other in a loop:\n" + "\n".join(" -> ".join(loop) for loop in loops)

@@ -16,8 +16,8 @@ from shared.tracing import NO_TRACING, Tracing
 from shared.tracing.asgi import TracingMiddleware
 from shared.tracing.config import TracingConfig, build_tracing
 from shared.tracing.core import links_to
-from shared.tracing.genai import TracedProvider
-from shared.tracing.http_client import TracedTransport
+from shared.tracing.genai import TracedProvider, traced_provider
+from shared.tracing.http_client import TracedTransport, traced_transport
 
 OTEL_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED",
                   "OTEL_TRACES_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER",
@@ -60,7 +60,7 @@ def test_unset_there_is_no_tracing_middleware_and_nothing_is_wrapped(tmp_path) -
     off = build_tracing("agent_service", TracingConfig.from_env(), trust_client_context=True)
     assert off is NO_TRACING
     transport, provider, events = httpx.AsyncHTTPTransport(), BuiltinProvider(), object()
-    assert off.transport(transport) is transport and off.provider(provider, "builtin") is provider
+    assert traced_transport(off, transport) is transport and traced_provider(off, provider, "builtin") is provider
     assert off.counted(events, "stream") is events and off.traceparent() is None and off.exemplar() is None
 
 
@@ -82,8 +82,8 @@ async def test_set_both_apps_trace_with_the_standard_resource_and_sampler(
         assert resource["service.name"] == "agent_service"  # the default, as OTEL_SERVICE_NAME is unset
         assert resource["deployment.environment.name"] == "staging"
         assert "TraceIdRatioBased{0.25}" in tracing.tracer_provider.sampler.get_description()
-        assert isinstance(tracing.transport(httpx.AsyncHTTPTransport()), TracedTransport)
-        assert isinstance(tracing.provider(BuiltinProvider(), "builtin"), TracedProvider)
+        assert isinstance(traced_transport(tracing, httpx.AsyncHTTPTransport()), TracedTransport)
+        assert isinstance(traced_provider(tracing, BuiltinProvider(), "builtin"), TracedProvider)
     finally:
         await tracing.aclose(0.5)
 
