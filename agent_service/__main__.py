@@ -1,6 +1,8 @@
 """``python -m agent_service --host H --port P [--workers N]`` serves the API; ``python -m agent_service
-migrate`` upgrades the database to the latest revision; ``python -m agent_service hash-key`` reads an API
-key on standard input and prints the SHA-256 an ``AGENT_SERVICE_CALLERS`` entry holds for it.
+migrate`` upgrades the database to the latest revision; ``migrate --wait SECONDS`` only waits until it is
+there (the init container of a Kubernetes Deployment, while the release's migration Job runs);
+``python -m agent_service hash-key`` reads an API key on standard input and prints the SHA-256 an
+``AGENT_SERVICE_CALLERS`` entry holds for it.
 
 With ``--workers N`` (N > 1) a parent process migrates (when the settings say so, as a single process
 would), binds the port once and runs N worker processes on it (``shared.workers``)."""
@@ -72,6 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "1")),
                         help="worker processes serving the port (default: WORKERS or 1)")
+    parser.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                        help="with migrate: do not migrate, wait until the database is migrated (exit 1 past SECONDS)")
     args = parser.parse_args(argv)
     if args.command == "hash-key":
         # From standard input, not an argument: a key on a command line lands in the shell's history.
@@ -84,8 +88,15 @@ def main(argv: list[str] | None = None) -> None:
     settings = AgentServiceSettings()
     configure_logging("agent_service", settings.log_level)
     if args.command == "migrate":
-        from agent_service.migrate import migrate_url
+        from agent_service.migrate import SCRIPT_LOCATION, migrate_url
 
+        if args.wait is not None:
+            from migrations import AGENT_VERSION_TABLE
+            from migrations.wait import wait_for_schema
+
+            migrated = asyncio.run(wait_for_schema(
+                settings.database_url, SCRIPT_LOCATION, AGENT_VERSION_TABLE, timeout_s=args.wait))
+            sys.exit(0 if migrated else "the agent database was not migrated to this release in time")
         asyncio.run(migrate_url(settings.database_url))
         return
 

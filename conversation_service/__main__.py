@@ -96,6 +96,13 @@ def _migrate(args: argparse.Namespace) -> None:
     from conversation_service.settings import ConversationSettings
 
     settings = ConversationSettings()
+    if args.wait is not None:
+        from migrations import CONVERSATION_VERSION_TABLE
+        from migrations.wait import wait_for_schema
+
+        migrated = asyncio.run(wait_for_schema(
+            settings.conversation_database_url, migrate.MIGRATIONS_DIR, CONVERSATION_VERSION_TABLE, timeout_s=args.wait))
+        sys.exit(0 if migrated else "the conversation database was not migrated to this release in time")
     asyncio.run(migrate.upgrade_url(settings.conversation_database_url, args.revision))
     print(f"conversation database migrated to {args.revision}", file=sys.stderr)
 
@@ -139,6 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command")
     m = sub.add_parser("migrate", help="upgrade the conversation database")
     m.add_argument("revision", nargs="?", default="head")
+    m.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                   help="do not migrate: wait until the database is migrated to this release (exit 1 past SECONDS)")
     t = sub.add_parser("token", help="print a development JWT for a user")
     t.add_argument("--user", required=True)
     t.add_argument("--org", default=None)

@@ -12,10 +12,11 @@ import asyncio
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from migrations import AGENT_VERSION_TABLE
 from shared.db import create_engine
 
 # Its own version table, so the two services may share one PostgreSQL database.
-VERSION_TABLE = "alembic_version_agent"
+VERSION_TABLE = AGENT_VERSION_TABLE
 
 config = context.config
 
