@@ -47,18 +47,28 @@ def build_wheel(out: Path, source: Path = REPO_ROOT) -> Path:
     return wheel
 
 
+def environment(target: Path, lock: Path) -> Path:
+    """A fresh virtual environment at ``target`` holding ``lock``'s packages (at their versions and hashes)
+    and no pip; returns its python. An earlier release runs from its sources in one (test_upgrade.py)."""
+    venv.EnvBuilder(with_pip=False, clear=True).create(target)
+    python = target / "bin" / "python"
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--require-hashes", "--no-deps",
+          "-r", str(lock)])
+    return python
+
+
 def install(wheel: Path, target: Path, lock: Path | None = None) -> Path:
     """A fresh virtual environment at ``target`` with ``wheel`` installed, no extras; with ``lock``, every
     dependency at its locked version and hash first. As the Dockerfile does, the environment gets no pip of
     its own: this interpreter's pip installs into it (``--python``), so what runs there is only the lock's
     packages and the project. Returns the environment's python."""
-    venv.EnvBuilder(with_pip=False, clear=True).create(target)
-    python = target / "bin" / "python"
-    pip = [sys.executable, "-m", "pip", "--python", str(python)]
     if lock is not None:
-        _run([*pip, "install", "-q", "--require-hashes", "--no-deps", "-r", str(lock)])
+        python = environment(target, lock)
+        pip = [sys.executable, "-m", "pip", "--python", str(python)]
         _run([*pip, "install", "-q", "--no-deps", str(wheel)])
         _run([*pip, "check"])
-    else:
-        _run([*pip, "install", "-q", str(wheel)])
+        return python
+    venv.EnvBuilder(with_pip=False, clear=True).create(target)
+    python = target / "bin" / "python"
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", str(wheel)])
     return python
