@@ -4,7 +4,7 @@ A model's answer and the Agent Service's event stream are one small HTTP chunk p
 through httpx's own transport, every chunk passes h11's pure-Python parser, httpcore's layers and
 an anyio cancel scope per read (and each request start scans the whole pool, polling every idle
 socket): 64 us of CPU per chunk against 22 us through this transport, 100 paced streams of 200
-chunks in one process (docs/benchmarks.md). Code above keeps httpx's API, timeouts and exceptions:
+chunks in one process (docs/benchmarks-history.md). Code above keeps httpx's API, timeouts and exceptions:
 ``httpx.AsyncClient(transport=AiohttpTransport(...))`` is the only line that knows.
 """
 

@@ -123,7 +123,7 @@ def _traced_after_gc() -> int:
 def test_the_byte_bound_holds_in_memory_under_a_long_load() -> None:
     """The Locust scenario's shape: many sessions, each a conversation of up to 40 turns (a short
     question, an answer of about 1 700 characters), one snapshot per completed turn. The cache
-    fills over the first tens of minutes (the Agent Service's slow RSS rise, docs/benchmarks.md)
+    fills over the first tens of minutes (the Agent Service's slow RSS rise, docs/benchmarks-history.md)
     and then holds what its default bound (4 MiB, estimated) says, within 25 %, however many more
     sessions come."""
     snapshots = SessionSnapshots()

@@ -62,7 +62,7 @@ async def test_a_full_cache_holds_a_bounded_amount_of_memory() -> None:
     """The cache fills over a long load (one entry per message counted) and then stops growing:
     at its default size (10 000 messages) it holds under 4 MiB, and three times as many messages
     later it holds no more. This is the ConversationService's slow RSS rise in the first hour of
-    the Locust scenario (docs/benchmarks.md), bounded. Measured once it has turned over twice: an
+    the Locust scenario (docs/benchmarks-history.md), bounded. Measured once it has turned over twice: an
     OrderedDict that evicts keeps a larger table than one that only filled."""
     counter = TokenCounter(HistorySettings(offload_chars=0))
     size = HistorySettings().token_cache_size
