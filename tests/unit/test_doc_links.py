@@ -33,9 +33,8 @@ def broken_links(path: Path) -> list[str]:
             continue  # a URL (https:, mailto:)
         file, _, anchor = target.partition("#")
         resolved = (path.parent / file).resolve() if file else path
-        if not resolved.exists():
-            broken.append(target)
-        elif anchor and resolved.suffix == ".md" and anchor.lower() not in _anchors(resolved):
+        missing_section = anchor and resolved.suffix == ".md" and anchor.lower() not in _anchors(resolved)
+        if not resolved.exists() or missing_section:
             broken.append(target)
     return broken
 
