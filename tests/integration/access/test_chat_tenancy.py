@@ -239,9 +239,9 @@ CASES = [
          intact=_memory_kept),
     Case("WS /conversations/{conversation_id}/ws", SOCKET, _socket),
 ]
-# Open on purpose: the health probe, and the page's sign-in, whose cookie, state and CSRF checks the web
+# Open on purpose: the probes, and the page's sign-in, whose cookie, state and CSRF checks the web
 # sign-in tests hold (tests/integration/conversation_service/auth/test_web_login.py).
-PUBLIC = {"GET /health", "GET /auth/session", "POST /auth/logout"}
+PUBLIC = {"GET /health", "GET /ready", "GET /auth/session", "POST /auth/logout"}
 
 
 def _outcome(response: httpx.Response | Outcome, case: Case, world: World) -> Outcome | str:
