@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import json
 import time
 
@@ -193,3 +194,17 @@ async def test_a_token_that_carries_an_id_tokens_claims_is_refused(provider: Ope
 
 def _claims(token: str) -> dict:
     return json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+
+
+async def test_the_start_up_warns_when_the_api_audience_is_the_sign_in_clients_id(
+    tmp_path, provider: OpenIDProvider, caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="conversation_service.lifespan"):
+        async with chat_with_provider(tmp_path / "same", provider, login=True):
+            pass
+    assert any("AUTH_OIDC_AUDIENCE equals AUTH_OIDC_CLIENT_ID" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="conversation_service.lifespan"):
+        async with chat_with_provider(tmp_path / "own", provider, login=True, audience="https://chat-api.example"):
+            pass
+    assert not any("AUTH_OIDC_AUDIENCE equals" in r.getMessage() for r in caplog.records)
