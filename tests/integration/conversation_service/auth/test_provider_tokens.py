@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import base64
-import logging
 import json
+import logging
 import time
 
 import httpx
