@@ -72,7 +72,8 @@ async def test_the_readme_token_command_makes_a_token_make_run_accepts(make_run:
 
 def _readme_agent_api() -> tuple[set[str], list[tuple[str, str]]]:
     """From the README's Agent Service paragraph: the paths it says need no key, and every endpoint."""
-    pattern = r"^\*\*Agent Service\*\* \((.*?)\):(.*?)\n\n"
+    # The paragraph whose first line says which paths are open: not the settings table of the same name.
+    pattern = r"^\*\*Agent Service\*\* \(([^\n]*?)\):(.*?)\n\n"
     paragraph = re.search(pattern, README.read_text(), re.DOTALL | re.MULTILINE)
     assert paragraph, "no Agent Service paragraph in README.md"
     return set(re.findall(r"`(/\w+)`", paragraph[1])), re.findall(r"`(GET|POST) (/[^`]*)`", paragraph[2])
