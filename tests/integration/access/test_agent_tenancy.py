@@ -38,7 +38,8 @@ from agent_service.a2a.card import JSONRPC_PATH, REST_PATH
 from agent_service.app import create_app
 from agent_service.settings import AgentOIDCSettings, AgentServiceSettings, CallerKeySettings
 from shared.llm.builtin import BuiltinProvider
-from tests.support.databases import backends, fresh_database, postgres_available
+from tests.integration.access.support import SECRET, USERS, alices_memory, require_backend
+from tests.support.databases import backends, fresh_database
 from tests.support.oidc_provider import (
     AGENT_AUDIENCE,
     AGENT_UI,
@@ -49,13 +50,7 @@ from tests.support.oidc_provider import (
 )
 from tests.support.servers import serve_app
 
-SECRET = "Secretname"
 VERSION = {"A2A-Version": "1.0"}
-USERS = {
-    "alice": {"password": "wonderland", "org": "acme"},
-    "carol": {"password": "christmas", "org": "acme"},
-    "bob": {"password": "builder", "org": "globex"},
-}
 KEYS = {"owner": "chat-key-0123456789", "reports": "reports-key-0123456789", "partner": "partner-key-0123456789",
         "full_trust": "legacy-key-0123456789"}
 ALICE = {"user_id": "alice", "org_id": "acme"}
@@ -149,18 +144,12 @@ class World:
         return task["id"]
 
     async def memory(self) -> int:
-        """A memory of alice's, made for the test (a completed turn makes one in the background)."""
-        from agent_service.memory.store import Owner
-        from shared.protocol import utcnow
-
-        store = self.app.state.agent.memory.store
-        return (await store.remember(Owner("alice", "acme"), f"Her name is Alice {SECRET}", None, utcnow())).id
+        return await alices_memory(self.app)
 
 
 @pytest.fixture(scope="module", params=backends())
 async def world(request, tmp_path_factory) -> AsyncIterator[World]:
-    if request.param == "postgres" and not postgres_available():
-        pytest.fail("PostgreSQL is required (CI=true or TEST_POSTGRES=1) but does not answer on 127.0.0.1:5432")
+    require_backend(request.param)
     tmp: Path = tmp_path_factory.mktemp(f"tenancy-{request.param}")
     async with running_provider(tmp, ProviderConfig(users=USERS)) as provider, fresh_database(request.param, tmp) as url:
         settings = AgentServiceSettings(

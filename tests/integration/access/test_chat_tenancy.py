@@ -26,26 +26,19 @@ import pytest
 import websockets
 
 from agent_service.app import create_app as create_agent_app
-from agent_service.memory.store import Owner
 from agent_service.settings import AgentServiceSettings
 from conversation_service.app import create_app
 from conversation_service.settings import ConversationSettings
 from conversation_service.settings.delegation import DelegationSettings
 from shared.llm.builtin import BuiltinProvider
-from shared.protocol import utcnow
+from tests.integration.access.support import SECRET, USERS, alices_memory, require_backend
 from tests.integration.conversation_service.auth.support import oidc_settings
 from tests.integration.conversation_service.support import make_settings, ws_url
-from tests.support.databases import backends, fresh_database, postgres_available
+from tests.support.databases import backends, fresh_database
 from tests.support.oidc_provider import CHAT_AUDIENCE, CHAT_CLIENT, ProviderConfig, running_provider
 from tests.support.servers import serve_app
 
-SECRET = "Secretname"
 AGENT_KEY = "chat-tenancy-agent-key-0123456789"
-USERS = {
-    "alice": {"password": "wonderland", "org": "acme"},
-    "carol": {"password": "christmas", "org": "acme"},
-    "bob": {"password": "builder", "org": "globex"},
-}
 
 
 class Outcome(Enum):
@@ -107,14 +100,12 @@ class World:
         return conversation_id, questions.json()["items"][-1]["question_id"]
 
     async def memory(self) -> int:
-        store = self.agent_app.state.agent.memory.store
-        return (await store.remember(Owner("alice", "acme"), f"Her name is Alice {SECRET}", None, utcnow())).id
+        return await alices_memory(self.agent_app)
 
 
 @pytest.fixture(scope="module", params=backends())
 async def world(request, tmp_path_factory) -> AsyncIterator[World]:
-    if request.param == "postgres" and not postgres_available():
-        pytest.fail("PostgreSQL is required (CI=true or TEST_POSTGRES=1) but does not answer on 127.0.0.1:5432")
+    require_backend(request.param)
     tmp: Path = tmp_path_factory.mktemp(f"chat-tenancy-{request.param}")
     async with (
         running_provider(tmp, ProviderConfig(users=USERS)) as provider,
