@@ -11,6 +11,8 @@ the Agent Service pointed at it (``LLM_PROVIDER=openai``). Then:
 3. ``--cpu-runs N``: N paced runs at once, ``--cpu-rounds`` times: the service's CPU seconds (user +
    system, psutil) per 10,000 events the clients received; ``--profile FILE`` records a py-spy
    profile of the service meanwhile (raw collapsed stacks, readable as text);
+   ``--tool-steps N``: each run first calls the calculator N times (a model turn each) before its
+   answer, so the figures include the per-step work of a run (its checkpoints);
 4. memory: a second Agent Service behind a slow model (each run streams for ~10 s) holds
    ``--memory-runs`` runs active at once; RSS after minus RSS before, divided by the run count.
 
@@ -177,6 +179,7 @@ async def cpu_phase(
     return {
         "concurrency": runs, "runs": len(results), "events": events, "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 3), "cpu_s_per_10k_events": round(cpu / events * 10_000, 3),
+        "cpu_ms_per_run": round(cpu / len(results) * 1000, 3),
         "cpu_share_of_one_core": round(cpu / wall, 3),
         # How the event log's group commit batched them (its histogram's count and sum).
         "group_commits": int(batches.count),
@@ -281,6 +284,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {
         "benchmark": "agent_service", "machine": machine(), "database": args.db,
         "settings": {"tokens": args.tokens, "ttft_ms": args.ttft_ms, "token_delay_ms": args.token_delay_ms,
+                     "tool_steps": args.tool_steps,
                      "single_runs": args.single_runs, "concurrency": args.concurrency, "rounds": args.rounds,
                      "cpu_runs": args.cpu_runs, "cpu_rounds": args.cpu_rounds, "memory_runs": args.memory_runs,
                      "memory_token_delay_ms": args.memory_token_delay_ms, "log_level": args.log_level},
@@ -289,7 +293,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=most + 10, max_keepalive_connections=20)
     async with databases(args.db, ["agent", "agent_mem"], root) as urls, \
             httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits) as client:
-        llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms)
+        llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms,
+                       tool_steps=args.tool_steps)
         agent = agent_process(root, llm, urls["agent"], args.log_level)
         async with running(llm, agent):
             await phase(client, agent.url, 1, args.warmup)
@@ -350,6 +355,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttft-ms", type=float, default=0.0, help="the model's time to first token")
     parser.add_argument("--token-delay-ms", type=float, default=0.0,
                         help="pace of the model in phases 1 to 3 (the issue asks for 0: as fast as it can)")
+    parser.add_argument("--tool-steps", type=int, default=0,
+                        help="calculator calls (one model turn each) every run makes before its answer")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--single-runs", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=50)
@@ -366,6 +373,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.tool_steps < 0:
+        parser.error("--tool-steps must not be negative")
     if args.out is None:
         paced = f"-delay{args.token_delay_ms:g}ms" if args.token_delay_ms else ""
         args.out = REPO_ROOT / "loadtests" / "results" / f"bench_agent-{args.db}{paced}.json"

@@ -122,11 +122,14 @@ class Process:
 
 def fake_llm(
     log_dir: Path, *, tokens: int, ttft_ms: float, token_delay_ms: float, name: str = "fake_llm", stamp: bool = False,
+    tool_steps: int = 0,
 ) -> Process:
-    """The fake model; ``stamp``: each token's text is the time it was sent (``t<time.time()>``)."""
+    """The fake model; ``stamp``: each token's text is the time it was sent (``t<time.time()>``);
+    ``tool_steps``: each run calls the calculator that many times (one model turn each) before its answer."""
     return Process(
         name, ["-m", "tests.support.fake_openai", "--tokens", str(tokens), "--ttft-ms", str(ttft_ms),
-               "--token-delay-ms", str(token_delay_ms), *(["--stamp"] if stamp else [])], {}, log_dir,
+               "--token-delay-ms", str(token_delay_ms), *(["--stamp"] if stamp else []),
+               *(["--tool-steps", str(tool_steps)] if tool_steps else [])], {}, log_dir,
     )
 
 

@@ -6,6 +6,9 @@ scripted reply (a queue), or by ``script(request_body)`` when given, or by a def
 ``tokens`` tokens. Pacing is configurable: time to first token and a delay per token. Every request
 body (and its Authorization header) is recorded in ``requests``.
 
+With ``tool_steps`` N, a request whose messages hold fewer than N tool results is answered with one
+calculator call (an id of its own per step), so each run takes N tool steps before its text answer.
+
 With ``stamp``, each word of a default reply is the wall-clock time (``time.time()``) at which it was
 sent, ``t1732459200.123456``, so a client on the same host can tell how long the token took to reach
 it through the services under test. With ``shared_clock``, paced default replies are sent by one
@@ -14,7 +17,7 @@ hundreds of streams cost the fake little CPU.
 
 Run on its own for load tests (``shared_clock`` is on there)::
 
-    python -m tests.support.fake_openai --port 8999 --tokens 200 --ttft-ms 0 --token-delay-ms 0 [--stamp]
+    python -m tests.support.fake_openai --port 8999 --tokens 200 --ttft-ms 0 --token-delay-ms 0 [--stamp] [--tool-steps N]
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ class ToolCallReply:
     raw_arguments: dict[int, str] = field(default_factory=dict)  # index -> literal (possibly invalid) JSON
     usage: bool = True
     ttft_ms: float | None = None
+    # The calls' ids: ``<prefix><index>``.
+    id_prefix: str = "call_fake_"
 
 
 @dataclass
@@ -103,8 +108,10 @@ class FakeOpenAI:
         record_requests: bool = True,
         stamp: bool = False,
         shared_clock: bool = False,
+        tool_steps: int = 0,
     ) -> None:
         self.tokens = tokens
+        self.tool_steps = tool_steps
         self.ttft_ms = ttft_ms
         self.token_delay_ms = token_delay_ms
         self.script = script
@@ -124,6 +131,15 @@ class FakeOpenAI:
 
     def enqueue(self, *replies: Reply) -> None:
         self.replies.extend(replies)
+
+    def _tool_step(self, body: dict[str, Any]) -> Reply | None:
+        """A calculator call while the run has taken fewer than ``tool_steps`` tool steps."""
+        if not self.tool_steps or self.replies or self.script is not None:
+            return None
+        done = sum(1 for m in body["messages"] if isinstance(m, dict) and m.get("role") == "tool")
+        if done >= self.tool_steps:
+            return None
+        return ToolCallReply(calls=[("calculator", {"expression": f"{done} + 1"})], id_prefix=f"call_step{done}_")
 
     def _next_reply(self, body: dict[str, Any]) -> Reply:
         if self.replies:
@@ -149,9 +165,12 @@ class FakeOpenAI:
             self.requests.append(RecordedRequest(body=body, authorization=request.headers.get("authorization"),
                                                  traceparent=request.headers.get("traceparent")))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        if self.pacer is not None and self.token_delay_ms > 0 and not self.replies and self.script is None:
+        reply = self._tool_step(body)
+        if reply is None and self.pacer is not None and self.token_delay_ms > 0 and not self.replies \
+                and self.script is None:
             return _PacedResponse(self, include_usage)
-        reply = self._next_reply(body)
+        if reply is None:
+            reply = self._next_reply(body)
         if isinstance(reply, ErrorReply):
             if reply.raw_body is not None:
                 return Response(reply.raw_body, status_code=reply.status, media_type="text/plain")
@@ -215,7 +234,7 @@ class FakeOpenAI:
         fragments = [list(_pieces(a, reply.fragment_chars)) for a in arguments]
         for i, (name, _) in enumerate(reply.calls):
             yield chunk(
-                {"tool_calls": [{"index": i, "id": f"call_fake_{i}", "type": "function",
+                {"tool_calls": [{"index": i, "id": f"{reply.id_prefix}{i}", "type": "function",
                                  "function": {"name": name, "arguments": ""}}]}
             )
         # Interleave the parallel calls' fragments: call 0 piece 0, call 1 piece 0, call 0 piece 1...
@@ -403,12 +422,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--token-delay-ms", type=float, default=0.0)
     parser.add_argument("--stamp", action="store_true",
                         help="each token of a default reply is the time it was sent: t<time.time()>")
+    parser.add_argument("--tool-steps", type=int, default=0,
+                        help="each run first calls the calculator this many times, one call per model turn")
     args = parser.parse_args(argv)
-    if args.tokens < 0 or args.ttft_ms < 0 or args.token_delay_ms < 0:
-        parser.error("--tokens, --ttft-ms and --token-delay-ms must not be negative")
+    if args.tokens < 0 or args.ttft_ms < 0 or args.token_delay_ms < 0 or args.tool_steps < 0:
+        parser.error("--tokens, --ttft-ms, --token-delay-ms and --tool-steps must not be negative")
     fake = FakeOpenAI(
         tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms, record_requests=False,
-        stamp=args.stamp, shared_clock=True,
+        stamp=args.stamp, shared_clock=True, tool_steps=args.tool_steps,
     )
     uvicorn.run(fake.app, host=args.host, port=args.port, log_level="warning")
 
