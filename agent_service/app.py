@@ -44,6 +44,7 @@ from agent_service.profiles import router as profiles_router
 from agent_service.profiles.service import ProfileStore
 from agent_service.runs import router as runs_router
 from agent_service.runs.admission import run_admission
+from agent_service.runs.continuation import RunContinuation
 from agent_service.runs.engine import ReActEngine, ToolLookup, find_tool
 from agent_service.runs.leases import LeaseKeeper, new_owner_id
 from agent_service.runs.manager import RunManager
@@ -194,10 +195,10 @@ def build_model(
 
 async def build_runs(
     stack: AsyncExitStack, settings: AgentServiceSettings, sessionmaker: async_sessionmaker, engine: ReActEngine,
-    metrics: AgentMetrics, tracing: Tracing | TracingOff,
+    metrics: AgentMetrics, tracing: Tracing | TracingOff, profiles: ProfileStore,
 ) -> tuple[EventLog, RunManager, LeaseKeeper]:
     """The event log, the runs of this process and the keeper of their leases; runs a previous stop
-    left behind are ended before the service takes requests."""
+    left behind are continued (or ended) before the service takes requests."""
     notifier = build_notifier(
         make_url(settings.database_url), fallback_poll_s=settings.follow_fallback_poll_seconds,
         local_poll_s=settings.replay_poll_seconds, received=metrics.live_tail_notifications,
@@ -220,16 +221,21 @@ async def build_runs(
     lease_engine = create_lease_engine(settings.database_url)
     if lease_engine is not None:
         stack.push_async_callback(lease_engine.dispose)
+    continuation = RunContinuation(
+        manager=manager, event_log=event_log, profiles=profiles, tools=engine.tools, metrics=metrics,
+        max_continuations=settings.max_continuations,
+    )
     keeper = LeaseKeeper(
         sessionmaker=create_sessionmaker(lease_engine) if lease_engine is not None else sessionmaker,
         manager=manager, event_log=event_log, metrics=metrics, renew_seconds=settings.lease_renew_seconds,
+        continuation=continuation,
     )
     stack.push_async_callback(keeper.aclose)
     # Only runs whose lease expired: other replicas' live runs are left alone. Runs of a process
-    # that died moments ago are failed by a later pass, once their lease runs out.
+    # that died moments ago are taken by a later pass, once their lease runs out.
     recovered = await keeper.recover()
     if recovered:
-        log.warning("ended runs interrupted by a previous stop", extra={"count": recovered})
+        log.warning("took over runs a previous stop left", extra={"count": recovered})
     keeper.start()
     # First to run on shutdown: the keeper still renews while the runs end, so no replica takes them.
     stack.push_async_callback(manager.shutdown)
@@ -271,7 +277,7 @@ async def build_agent(
         hooks=build_hooks(stack, settings, metrics), limiter=build_rate_limits(stack, settings),
         default_model=default_model(settings.llm, provider), memory=memory, tracing=tracing,
     )
-    event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics, tracing)
+    event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics, tracing, profiles)
     callers = CallerResolver(settings, await build_token_verifier(stack, settings, metrics))
     callers.describe()
     run_service = RunService(

@@ -118,6 +118,10 @@ class AgentMetrics:
         self.runs_failed = Counter(
             "agent_runs_failed", "Runs that ended with ERROR, by code", ["code"], registry=self.registry
         )
+        self.runs_continued = Counter(
+            "agent_runs_continued", "Runs continued from their last checkpoint after their process died",
+            registry=self.registry,
+        )
         # Under --workers N: one series per live worker (``pid`` label); a dead worker's goes with it.
         self.active_runs = Gauge(
             "agent_active_runs", "Runs executing in this process", registry=self.registry, multiprocess_mode="liveall"

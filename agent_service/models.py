@@ -83,6 +83,12 @@ class AgentRun(Base):
     traceparent: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # a0007: the caller that started it (an answer may come from another caller than the session's).
     owner: Mapped[str] = mapped_column(String(160), default=LEGACY_PRINCIPAL, server_default=LEGACY_PRINCIPAL)
+    # a0008: where the run stands at the end of its last step, written with that step's events
+    # (``runs.checkpoints``); what a continuation after a crash starts from. NULL: no step ended
+    # yet (a run resuming after a question holds the answer here from its claim on).
+    checkpoint: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # a0008: how many times the run was continued after its process died (``runs.continuation``).
+    continuations: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class AgentEvent(Base):

@@ -109,6 +109,12 @@ _PG_BUMP_LAST_SEQS = text(
     "UPDATE agent_sessions SET last_seq = b.seq FROM json_to_recordset(CAST(:seqs AS json)) AS b(id text, seq integer) "
     "WHERE agent_sessions.id = b.id AND agent_sessions.last_seq < b.seq"
 )
+# A group commit's checkpoints, one statement whatever their number (as the events: one JSON document).
+_PG_SAVE_CHECKPOINTS = text(
+    "UPDATE agent_runs SET checkpoint = CAST(c.state AS json) "
+    "FROM json_to_recordset(CAST(:rows AS json)) AS c(id text, state text) WHERE agent_runs.id = c.id"
+)
+_SAVE_CHECKPOINT = update(_RUNS).where(_RUNS.c.id == bindparam("k_run_id")).values(checkpoint=bindparam("k_state"))
 # One prepared statement whatever the number of runs (an IN list is a new statement per length).
 _PG_HELD = text(
     "SELECT id FROM agent_runs WHERE id = ANY(CAST(:ids AS text[])) AND owner_id = :owner AND status = :active"
@@ -140,6 +146,18 @@ class OrphanRun:
     run_id: str
     session_id: str
     cancel_requested_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuedRun:
+    """An orphaned run this process took over to continue it, as its row stood."""
+
+    run_id: str
+    first_seq: int
+    checkpoint: dict[str, Any] | None
+    # Its continuations, this one included.
+    continuations: int
+    traceparent: str | None
 
 
 def _lease_expired(now: datetime):
@@ -362,6 +380,33 @@ class RunRepository:
         )
         return result.rowcount == 1
 
+    async def save_checkpoints(self, checkpoints: Mapping[str, dict[str, Any]]) -> None:
+        """Each run's checkpoint (by run id), in the caller's transaction: the group commit's, which
+        checks afterwards that this process still holds every run it wrote."""
+        if on_postgres(self.db):
+            rows = [{"id": run_id, "state": json_dumps(state)} for run_id, state in checkpoints.items()]
+            await self.db.execute(_PG_SAVE_CHECKPOINTS, {"rows": json_dumps(rows)})
+            return
+        await self.db.execute(
+            _SAVE_CHECKPOINT, [{"k_run_id": run_id, "k_state": state} for run_id, state in checkpoints.items()]
+        )
+
+    async def claim_to_continue(
+        self, run_id: str, owner_id: str, now: datetime, lease_until: datetime, max_continuations: int,
+    ) -> ContinuedRun | None:
+        """Take an orphaned run over to continue it, if it still is an orphan and has continuations
+        left: True for at most one caller per orphaning (as ``claim_orphan``)."""
+        result = await self.db.execute(
+            update(AgentRun)
+            .where(AgentRun.id == run_id, AgentRun.status == SessionStatus.ACTIVE.value, _lease_expired(now),
+                   AgentRun.continuations < max_continuations)
+            .values(owner_id=owner_id, lease_expires_at=lease_until, continuations=AgentRun.continuations + 1)
+            .returning(AgentRun.first_seq, AgentRun.checkpoint, AgentRun.continuations, AgentRun.traceparent)
+            .execution_options(synchronize_session=False)
+        )
+        row = result.first()
+        return None if row is None else ContinuedRun(run_id, row[0], row[1], row[2], row[3])
+
     async def request_cancel(self, run_id: str, now: datetime) -> bool:
         """Record a cancel for the run's owner; True when the run is still ACTIVE."""
         result = await self.db.execute(
@@ -409,6 +454,16 @@ class EventRepository:
                     for env in envelopes[start : start + _INSERT_SLICE]
                 ],
             )
+
+    async def of_run(self, session_id: str, run_id: str, after_seq: int, type_: EventType) -> list[dict[str, Any]]:
+        """The data of the run's events of ``type_`` after ``after_seq``, in seq order."""
+        result = await self.db.execute(
+            select(AgentEvent.data)
+            .where(AgentEvent.session_id == session_id, AgentEvent.seq > after_seq, AgentEvent.run_id == run_id,
+                   AgentEvent.type == type_.value)
+            .order_by(AgentEvent.seq)
+        )
+        return list(result.scalars())
 
     async def after(self, session_id: str, after_seq: int, limit: int) -> list[EventEnvelope]:
         result = await self.db.execute(

@@ -138,6 +138,10 @@ class AgentServiceSettings(BaseSettings):
     # stalls (database outage, blocked loop) at the cost of a slower recovery after a crash.
     lease_seconds: Annotated[float, Field(gt=0)] = 15.0
     lease_renew_seconds: Annotated[float, Field(gt=0)] = 5.0
+    # A run whose process died is continued from its last checkpoint by the replica whose sweep finds
+    # it (this one restarted included) at most this many times; past that it ends ERROR INTERRUPTED.
+    # 0: never continued (as before durable runs).
+    max_continuations: Annotated[int, Field(ge=0, le=100)] = 2
     # Seconds uvicorn keeps an idle keep-alive connection open. Longer than any client or load
     # balancer in front keeps it idle (nginx upstream keepalive_timeout: 60 s by default), so it is the
     # client that closes: a server-side close racing the client's reuse of the connection loses a request.

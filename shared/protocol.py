@@ -115,6 +115,9 @@ class EventType(StrEnum):
     WAITING = "WAITING"
     # Something a tool made for the user beside the answer: a file, a link, data (non-terminal).
     ARTIFACT = "ARTIFACT"
+    # The run goes on after the process running it died, from its last checkpoint (non-terminal):
+    # the run's answer text after ``checkpoint_seq`` was cut off and is dropped (``RunResumedData``).
+    RUN_RESUMED = "RUN_RESUMED"
 
 
 # Events after which a run's stream ends: the run finished, failed or paused for the user.
@@ -152,6 +155,28 @@ class WaitingData(BaseModel):
     wait_s: Annotated[float, Field(ge=0)]
     # Which budget is spent: requests, input_tokens or output_tokens.
     limit: str | None = None
+
+
+class RunResumedData(BaseModel):
+    """A run continued after the process running it died: it picks up from its last checkpoint, the
+    end of a step, under the same run and session, at the session's next seq.
+
+    The step that was cut (a model turn in flight, a tool call) is done again, so its events before
+    this one are superseded: a client drops the run's ``ANSWER_CHUNK`` text after ``checkpoint_seq``,
+    i.e. keeps the first ``answer_chars`` characters of the run's answer text, and appends the chunks
+    that follow. Both say the same; use whichever the client keeps (chunks by seq, or the text). A
+    tool call whose outcome is unknown and that is not repeated ends with a TOOL_END (``ok: false``)
+    after this event.
+    """
+
+    # The seq of the run's last event that stands (its first seq - 1 when no step had ended).
+    checkpoint_seq: Annotated[int, Field(ge=0)]
+    # The length of the run's answer text that stands (Python characters, as ``len``).
+    answer_chars: Annotated[int, Field(ge=0)]
+    # How many times the run has been continued, this time included.
+    continuation: Annotated[int, Field(ge=1)] = 1
+    # The steps (model turns) the run had completed.
+    step: Annotated[int, Field(ge=0)] = 0
 
 
 class AskUserKind(StrEnum):
@@ -275,6 +300,7 @@ EVENT_DATA_MODELS: dict[EventType, type[BaseModel]] = {
     EventType.ERROR: ErrorData,
     EventType.WAITING: WaitingData,
     EventType.ARTIFACT: ArtifactData,
+    EventType.RUN_RESUMED: RunResumedData,
 }
 
 
@@ -283,8 +309,9 @@ class EventEnvelope(BaseModel):
 
     ``seq`` grows strictly within a session and names one event forever. It is dense except after a
     crash of the Agent Service mid-run: the events it had shown but not written are gone, and the
-    ERROR that ends the run comes after every seq the run had reserved, so a reader may see a jump
-    (and a ``Last-Event-ID`` inside the hole gets that ERROR). Readers accept it.
+    RUN_RESUMED that continues the run (or the ERROR that ends it) comes after every seq the run had
+    reserved, so a reader may see a jump (and a ``Last-Event-ID`` inside the hole gets that event).
+    Readers accept it.
     """
 
     session_id: str

@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from agent_service.events.event_writer import EventWriter
+from agent_service.events.event_writer import EventWriter, RunCheckpoint
 from agent_service.events.live_tail import LiveTailNotifier, LocalNotifier
 from agent_service.metrics import AgentMetrics
 from agent_service.repository import EventRepository, RunEnd, RunRepository, SessionRepository
@@ -51,7 +51,7 @@ from shared.transactions import autocommit, transaction
 log = logging.getLogger(__name__)
 
 # Events after which the group-commit writer flushes without waiting for its interval.
-_BOUNDARY_EVENTS = frozenset({EventType.TOOL_END, EventType.THOUGHT})
+_BOUNDARY_EVENTS = frozenset({EventType.TOOL_END, EventType.THOUGHT, EventType.RUN_RESUMED})
 _live_envelope = prevalidated(EventEnvelope)
 UNSAVED_END = "the run's end could not be saved: its database was unavailable for too long"
 
@@ -238,6 +238,11 @@ class EventLog:
             self._extensions.add(channel.extending)
             channel.extending.add_done_callback(self._extensions.discard)
         return item.envelope
+
+    def checkpoint(self, channel: SessionChannel, state: dict[str, Any]) -> None:
+        """Store ``state`` on the run's row with the events emitted so far: written in the group
+        commit of the last of them or a later one (``EventWriter``), never ahead of any."""
+        self.writer.add_checkpoint(RunCheckpoint(channel.session_id, channel.run_id, state))
 
     async def _extend(self, channel: SessionChannel, reserved: int) -> None:
         try:

@@ -4,7 +4,8 @@ The engine knows nothing of HTTP or the database. It emits non-terminal events (
 TOOL_START, ARTIFACT, TOOL_END, ANSWER_CHUNK) through ``emit`` and returns how the run ended
 (``Completed``, ``Paused`` for ASK_USER, ``Failed``); the run manager turns that outcome into the
 terminal event and the session's new state. All it needs to continue later lives in ``RunState``
-(``runs.state``).
+(``runs.state``), which it hands to ``ctx.steps`` at the end of each step (a model turn that called
+tools, each call's result): the checkpoint a run whose process died continues from.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ from shared.tracing import NO_TRACING, Tracing, TracingOff
 log = logging.getLogger(__name__)
 
 REFUSED_RESULT = {"error": "The user refused this tool call. Do not retry it; continue without it."}
+# A call that repeats an effect is made only once its TOOL_START is durable (a crash then leaves no
+# doubt whether it may have run); when that write fails, it is not made.
+NOT_RECORDED = "the call was not made: the agent could not record it (its database is unavailable)"
 
 
 class ToolLookup(Protocol):
@@ -156,7 +160,7 @@ class ReActEngine:
     async def _run(
         self, ctx: RunContext, state: RunState, emit: Emit, resume: Resume | None, ready: Awaitable[None] | None,
     ) -> Outcome:
-        answer: list[str] = []
+        answer = state.answer
         if resume is not None and state.pending_calls:
             call = state.pending_calls.pop(0)
             if resume.kind is AskUserKind.APPROVAL:
@@ -166,6 +170,7 @@ class ReActEngine:
                     self._tool_result(state, call, REFUSED_RESULT)
             else:
                 self._tool_result(state, call, {"answer": resume.text})
+            ctx.steps.ended(state)
         ended = await self._run_pending(ctx, state, emit, answer)
         if ended is not None:
             return ended
@@ -193,6 +198,7 @@ class ReActEngine:
             if not calls:
                 return Completed(answer="".join(answer), usage=state.usage)
             state.pending_calls = list(calls)
+            ctx.steps.ended(state)
             ended = await self._run_pending(ctx, state, emit, answer)
             if ended is not None:
                 return ended
@@ -297,6 +303,7 @@ class ReActEngine:
                     # A malformed question goes back to the model like any tool error.
                     state.pending_calls.pop(0)
                     self._tool_result(state, call, {"error": str(exc)})
+                    ctx.steps.ended(state)
                     continue
                 return self._pause(call, AskUserKind.QUESTION, question)
             if call.name in ctx.profile.approval_required_tools:
@@ -339,7 +346,8 @@ class ReActEngine:
 
     async def _execute(self, ctx: RunContext, state: RunState, call: ToolCall, emit: Emit) -> None:
         """Run one tool call between its TOOL_START and TOOL_END; a ``before_tool`` hook may refuse
-        it, which the model reads as the tool's error."""
+        it, which the model reads as the tool's error. Its result goes into the transcript and the
+        step ends with the TOOL_END, with no wait in between: the checkpoint is written with it."""
         run = run_info(ctx)
         before = BeforeTool(run, call.id, call.name, dict(call.arguments))
         if self.hooks.wants(HookPoint.BEFORE_TOOL):
@@ -350,6 +358,8 @@ class ReActEngine:
         artifacts: tuple[ArtifactData, ...] = ()
         if before.refusal is not None:
             ok, result, error = False, None, before.refusal
+        elif not (self._repeatable(ctx, call) or await ctx.steps.effect_ahead()):
+            ok, result, error = False, None, NOT_RECORDED
         else:
             with self.tracing.tool(call.name, call.id) as span:
                 ok, result, error = await self._invoke(ctx, call)
@@ -371,11 +381,17 @@ class ReActEngine:
                 duration_ms=round(duration * 1000, 3),
             ),
         )
+        self._tool_result(state, call, result if ok else {"error": error})
+        ctx.steps.ended(state)
         if self.hooks.wants(HookPoint.AFTER_TOOL):
             await self.hooks.call(
                 HookPoint.AFTER_TOOL, AfterTool(run, call.id, call.name, call.arguments, ok, result, error, duration),
             )
-        self._tool_result(state, call, result if ok else {"error": error})
+
+    def _repeatable(self, ctx: RunContext, call: ToolCall) -> bool:
+        """Whether making the call twice is harmless: its tool says so, or there is no such tool."""
+        tool = find_tool(self.tools, call.name) if call.name in ctx.profile.tools else None
+        return tool is None or tool.idempotent
 
     async def _invoke(self, ctx: RunContext, call: ToolCall) -> tuple[bool, Any, str | None]:
         """``(ok, result, error)`` of running the tool the call names."""

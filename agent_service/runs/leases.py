@@ -7,8 +7,10 @@ Every process has an ``owner_id``; a run row names its owner and a lease expiry.
    requests other replicas recorded for them and which runs the process no longer holds;
 2. recovers orphans: ACTIVE runs whose lease expired (their owner crashed or stalled), each
    claimed with a conditional UPDATE (rows locked ``FOR UPDATE SKIP LOCKED`` on PostgreSQL) so that
-   exactly one replica fails it, with an ERROR event at the session's next seq: ``INTERRUPTED``, or
-   ``CANCELLED`` when a cancel had been requested.
+   exactly one replica takes it. It continues the run from its last checkpoint in this process
+   (``continuation``), or, when the run may not be continued (a cancel was requested, its continuations
+   are spent, its profile is gone), ends it with an ERROR event at the session's next seq:
+   ``CANCELLED`` when a cancel had been requested, else ``INTERRUPTED``.
 
 Recovery also runs once at start-up, before the process accepts requests. Leases are compared with
 each replica's own clock: clocks must agree to well within the lease (NTP does).
@@ -27,6 +29,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from agent_service.events.event_log import EventLog
 from agent_service.metrics import AgentMetrics
 from agent_service.repository import OrphanRun, RunRepository, SessionRepository
+from agent_service.runs.continuation import Continuation, RunContinuation
 from agent_service.runs.endings import CANCELLED, INTERRUPTED, end_with_error, ended_status
 from agent_service.runs.manager import RunManager
 from shared.cancel_safety import stop_loop
@@ -51,10 +54,12 @@ def new_owner_id() -> str:
 class LeaseKeeper:
     def __init__(
         self, *, sessionmaker: async_sessionmaker, manager: RunManager, event_log: EventLog, metrics: AgentMetrics,
-        renew_seconds: float,
+        renew_seconds: float, continuation: RunContinuation | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._manager = manager
+        # None: orphans are ended, never continued.
+        self._continuation = continuation
         self._log = event_log
         self._metrics = metrics
         self._renew_seconds = renew_seconds
@@ -130,8 +135,8 @@ class LeaseKeeper:
                 self._manager.cancel_requested_elsewhere(run)
 
     async def recover(self) -> int:
-        """Fail every run whose lease expired, each exactly once across replicas; returns how many
-        this process failed."""
+        """Continue or end every run whose lease expired, each exactly once across replicas; returns
+        how many this process took."""
         recovered = 0
         while True:
             claimed, seen = await self._recover_batch()
@@ -139,9 +144,18 @@ class LeaseKeeper:
             if seen < _RECOVERY_BATCH or claimed == 0:
                 return recovered
 
+    def _launch(self, continuation: Continuation) -> None:
+        assert self._continuation is not None
+        try:
+            self._continuation.launch(continuation)
+        except Exception:
+            # Left ACTIVE under a lease this process does not renew: a later sweep takes it again.
+            log.exception("orphaned run could not be continued", extra={"run_id": continuation.handle.run_id})
+
     async def _recover_batch(self) -> tuple[int, int]:
         now = utcnow()
         claimed: list[tuple[OrphanRun, ErrorCode]] = []
+        continued: list[Continuation] = []
         async with transaction(self._sessionmaker) as db:
             runs = RunRepository(db)
             sessions = SessionRepository(db)
@@ -150,20 +164,29 @@ class LeaseKeeper:
                 if self._manager.get(orphan.session_id) is not None:
                     continue  # this process runs it: a renewal is merely late
                 cancelled = orphan.cancel_requested_at is not None
+                # After the run's row (locked above): the order the terminal write locks them in.
+                session = await sessions.get_for_update(orphan.session_id)
+                # The session may have moved on (a later run); only its current run's end is its own.
+                current = session is not None and session.status == SessionStatus.ACTIVE.value \
+                    and session.current_run_id == orphan.run_id
+                if current and not cancelled and self._continuation is not None:
+                    continuation = await self._continuation.claim(db, orphan, session, now)
+                    if continuation is not None:
+                        continued.append(continuation)
+                        continue
                 code = ErrorCode.CANCELLED if cancelled else ErrorCode.INTERRUPTED
                 if not await runs.claim_orphan(orphan.run_id, self.owner_id, now, status=ended_status(code).value,
                                                error_code=code.value):
                     continue  # another replica got there first
-                session = await sessions.get_for_update(orphan.session_id)
-                # The session may have moved on (a later run); only its current run's end is its own.
-                if session is not None and session.status == SessionStatus.ACTIVE.value \
-                        and session.current_run_id == orphan.run_id:
+                if current:
                     message = CANCELLED if cancelled else INTERRUPTED
                     await end_with_error(db, self._log, session, orphan.run_id, code, message, now=now)
                 claimed.append((orphan, code))
+        for continuation in continued:
+            self._launch(continuation)
         for orphan, code in claimed:
             self._metrics.runs_failed.labels(code.value).inc()
             log.warning(
                 "orphaned run ended", extra={"run_id": orphan.run_id, "session_id": orphan.session_id, "code": code.value}
             )
-        return len(claimed), len(orphans)
+        return len(claimed) + len(continued), len(orphans)

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel
@@ -25,6 +25,7 @@ from agent_service.metrics import AgentMetrics
 from agent_service.profiles.schemas import Profile
 from agent_service.repository import RunEnd
 from agent_service.runs.admission import capacity_wait
+from agent_service.runs.checkpoints import RunCheckpoints
 from agent_service.runs.endings import CANCELLED, INTERRUPTED, Ending, ending_of
 from agent_service.runs.engine import ReActEngine
 from agent_service.runs.schemas import RunHandle
@@ -73,10 +74,15 @@ class ActiveRun:
     def of(
         cls, handle: RunHandle, profile: Profile, user_context: UserContext, state: RunState,
         resume: Resume | None = None, channel: SessionChannel | None = None, owner: Owner | None = None,
+        start_transcript: list[dict] | None = None,
     ) -> ActiveRun:
+        """``start_transcript``: the session's transcript when the run started (default: ``state``'s;
+        a continued run's state is further on)."""
         context = RunContext(session_id=handle.session_id, run_id=handle.run_id, profile=profile,
                              user_context=user_context, owner=owner)
-        return cls(handle=handle, context=context, state=state, start_transcript=state.transcript_json(),
+        if start_transcript is None:
+            start_transcript = state.transcript_json()
+        return cls(handle=handle, context=context, state=state, start_transcript=start_transcript,
                    resume=resume, channel=channel)
 
     @property
@@ -108,6 +114,10 @@ class RunManager:
         # Cancels asked for through another replica, running in the background (strong references).
         self._remote_cancels: set[asyncio.Task[bool]] = set()
 
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
     def get(self, session_id: str) -> ActiveRun | None:
         return self._runs.get(session_id)
 
@@ -136,6 +146,10 @@ class RunManager:
             return self._log.room()
 
         return emit
+
+    def _steps(self, run: ActiveRun) -> RunCheckpoints:
+        """Where the run's steps are checkpointed: its channel, while it is this process's."""
+        return RunCheckpoints(self._log, lambda: None if run.taken_over else run.channel, len(run.start_transcript))
 
     async def _drive(self, run: ActiveRun) -> None:
         """The run's task: one span (under the execute that started it, which it outlives) and one
@@ -185,7 +199,8 @@ class RunManager:
         try:
             if run.place is not None:
                 await run.place.wait(capacity_wait(self._emit(run)))
-            outcome = await self._engine.run(run.context, run.state, self._emit(run), run.resume, ready=run.claimed)
+            outcome = await self._engine.run(
+                replace(run.context, steps=self._steps(run)), run.state, self._emit(run), run.resume, ready=run.claimed)
             if run.claimed is not None:
                 await run.claimed  # a model that failed at once: its ERROR belongs to a claimed run
             return outcome

@@ -24,6 +24,7 @@ from agent_service.models import AgentSession, next_seq, owner_of
 from agent_service.profiles.schemas import Profile
 from agent_service.profiles.service import ProfileStore
 from agent_service.repository import RunRepository, SessionRepository
+from agent_service.runs.checkpoints import resume_checkpoint
 from agent_service.runs.early_start import EarlyModelCall
 from agent_service.runs.endings import end_with_error
 from agent_service.runs.manager import ActiveRun, RunManager
@@ -213,12 +214,16 @@ class RunService:
         # After any hole a crashed run left; the run may show a block of seqs before they are written.
         first_seq = next_seq(session)
         reserved = first_seq - 1 + self._log.seq_block
+        run = self._run_row(early.run_id, session.id, first_seq, key, now, caller)
+        if turn.resume is not None:
+            # Until its first step ends, the answer is all a continuation after a crash would lack.
+            run["checkpoint"] = resume_checkpoint(turn.resume)
         claimed = await sessions.claim(
             session.id, early.run_id, now,
             {"profile_name": profile.name, "transcript": state.transcript_json(),
              "run_state": state.to_json() if turn.resume else None, "pending_question": None,
              "seq_reserved": reserved},
-            run=self._run_row(early.run_id, session.id, first_seq, key, now, caller),
+            run=run,
         )
         if not claimed:
             raise RunInProgress({"message": "another run claimed this session", "session_id": session.id})

@@ -1,11 +1,12 @@
 """What a run is made of, as plain data: where it stands (``RunState``, persisted on the session when
-it pauses, so a paused run resumes in another process), what it runs for (``RunContext``), the
+it pauses, so a paused run resumes in another process, and at the end of each step, so a run whose
+process died continues elsewhere: ``runs.checkpoints``), what it runs for (``RunContext``), the
 user's reply it resumes with (``Resume``) and how it ended (``Outcome``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -27,6 +28,9 @@ class RunState:
     # Messages every prompt of this run carries after the transcript's leading system messages and
     # the transcript does not keep (recalled memory); not persisted: a resumed run recalls afresh.
     context: list[LLMMessage] = field(default_factory=list)
+    # The run's answer text so far, as its ANSWER_CHUNKs said it. Each run answers anew (not kept
+    # when it pauses); a checkpoint keeps it, so a continued run's COMPLETE holds the whole answer.
+    answer: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +81,29 @@ class Resume:
     approved: bool
 
 
+class Steps(Protocol):
+    """Where the engine says a step ended (``ended``: the state is a checkpoint) and asks, before a
+    tool call whose repetition is not harmless, that its TOOL_START be durable (``effect_ahead``:
+    False when it could not be written, and the call is not made). ``runs.checkpoints``."""
+
+    def ended(self, state: RunState) -> None: ...
+
+    async def effect_ahead(self) -> bool: ...
+
+
+class NoSteps:
+    """Steps recorded nowhere: a run no crash can interrupt (tests of the engine alone)."""
+
+    def ended(self, state: RunState) -> None:
+        return None
+
+    async def effect_ahead(self) -> bool:
+        return True
+
+
+NO_STEPS = NoSteps()
+
+
 @dataclass(frozen=True)
 class RunContext:
     session_id: str
@@ -85,6 +112,7 @@ class RunContext:
     user_context: UserContext
     # Who the session belongs to (``access``): whoever may reuse what this run leaves in memory.
     owner: Owner | None = None
+    steps: Steps = NO_STEPS
 
 
 @dataclass(frozen=True)
@@ -119,11 +147,16 @@ def as_text(value: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
+def answer_call(state: RunState, call: ToolCall, error: str) -> None:
+    """Answer ``call`` in the transcript with ``error``, as the tool's failure would be."""
+    state.transcript.append(
+        LLMMessage(role="tool", content=as_text({"error": error}), tool_call_id=call.id, name=call.name)
+    )
+
+
 def close_pending_calls(state: RunState, reason: str) -> None:
     """Answer every pending call with ``reason``, so the transcript stays valid for a model that
     requires a tool result after each tool call (when a paused run is cancelled or expires)."""
     for call in state.pending_calls:
-        state.transcript.append(
-            LLMMessage(role="tool", content=as_text({"error": reason}), tool_call_id=call.id, name=call.name)
-        )
+        answer_call(state, call, reason)
     state.pending_calls = []

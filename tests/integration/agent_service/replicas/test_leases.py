@@ -1,10 +1,13 @@
-"""Replicas sharing one database: a live replica's runs are left alone, a dead one's are failed
-exactly once, and concurrent recoveries never fail a run twice."""
+"""Replicas sharing one database: a live replica's runs are left alone, a dead one's are taken exactly
+once (continued, or failed where they may not be continued: ``max_continuations`` 0 here), and
+concurrent recoveries never take a run twice. Continuation itself: ``test_continuation``."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+
+import pytest
 
 from agent_service.models import AgentEvent, AgentRun, AgentSession
 from shared.protocol import utcnow
@@ -19,6 +22,9 @@ from tests.integration.agent_service.replicas.support import (
     run_row,
     wait_for_status,
 )
+
+# Runs of a dead replica are ended, not continued: what these tests hold for the lease mechanics.
+NOT_CONTINUED = {**REPLICA_SETTINGS, "max_continuations": 0}
 
 
 async def test_starting_a_replica_leaves_the_runs_of_a_live_one_alone(agent_factory, db) -> None:
@@ -48,10 +54,12 @@ async def test_starting_a_replica_leaves_the_runs_of_a_live_one_alone(agent_fact
         assert row.status == "COMPLETED" and row.error_code is None
 
 
-async def test_a_crashed_owner_s_run_is_failed_once_by_another_replica(agent_factory, db) -> None:
+async def test_a_crashed_owner_s_run_that_may_not_be_continued_is_failed_once_by_another_replica(
+    agent_factory, db,
+) -> None:
     provider = GatedProvider(hold_after=3)
-    async with agent_factory(provider=provider, **REPLICA_SETTINGS) as a, \
-            agent_factory(**REPLICA_SETTINGS) as b:
+    async with agent_factory(provider=provider, **NOT_CONTINUED) as a, \
+            agent_factory(**NOT_CONTINUED) as b:
         first = await a.execute(MESSAGE, stop_after=2)
         session_id = first.events[0].session_id
         await provider.held.wait()
@@ -93,8 +101,8 @@ async def test_a_crashed_owner_s_run_is_failed_once_by_another_replica(agent_fac
 
 async def test_a_run_ending_after_its_lease_was_taken_writes_nothing(agent_factory, db) -> None:
     provider = GatedProvider(hold_after=3)
-    async with agent_factory(provider=provider, **REPLICA_SETTINGS) as a, \
-            agent_factory(**REPLICA_SETTINGS) as b:
+    async with agent_factory(provider=provider, **NOT_CONTINUED) as a, \
+            agent_factory(**NOT_CONTINUED) as b:
         first = await a.execute(MESSAGE, stop_after=1)
         session_id = first.events[0].session_id
         await provider.held.wait()
@@ -112,9 +120,12 @@ async def test_a_run_ending_after_its_lease_was_taken_writes_nothing(agent_facto
         assert row.status == "FAILED" and row.error_code == "INTERRUPTED"
 
 
-async def test_two_replicas_recovering_at_once_fail_each_orphan_exactly_once(agent_factory, db) -> None:
+@pytest.mark.parametrize("continued", [False, True], ids=["failed", "continued"])
+async def test_two_replicas_recovering_at_once_take_each_orphan_exactly_once(
+    agent_factory, db, continued: bool,
+) -> None:
     # Long renewals: no periodic pass interferes; the two recoveries below are the only ones.
-    settings = {"lease_seconds": 120.0, "lease_renew_seconds": 60.0}
+    settings = {"lease_seconds": 120.0, "lease_renew_seconds": 60.0, "max_continuations": 2 if continued else 0}
     async with agent_factory(**settings) as a, agent_factory(**settings) as b:
         now = utcnow()
         orphans = [f"orphan-{i:02d}" for i in range(50)]
@@ -139,6 +150,9 @@ async def test_two_replicas_recovering_at_once_fail_each_orphan_exactly_once(age
 
         counts = await asyncio.gather(keeper(a).recover(), keeper(b).recover())
         assert sum(counts) == 50
+        if continued:
+            await _each_continued_once(a, b, db, orphans)
+            return
 
         async with db.sessionmaker() as s:
             for session_id in orphans:
@@ -155,3 +169,18 @@ async def test_two_replicas_recovering_at_once_fail_each_orphan_exactly_once(age
             assert (await s.get(AgentRun, "run-alive")).status == "ACTIVE"
         assert await db.events("alive") == 2
         assert await asyncio.gather(keeper(a).recover(), keeper(b).recover()) == [0, 0]
+
+
+async def _each_continued_once(a, b, db, orphans: list[str]) -> None:
+    """Each orphan went on under one replica: one RUN_RESUMED after its two chunks, then its answer."""
+    for session_id in orphans:
+        owner = a if manager(a).get(session_id) is not None else b
+        log = await owner.replay(session_id, 0)  # to its end
+        types = [e.type.value for e in log.events]
+        assert types[:3] == ["ANSWER_CHUNK", "ANSWER_CHUNK", "RUN_RESUMED"] and types[-1] == "COMPLETE", types
+        assert types.count("RUN_RESUMED") == 1 and types.count("COMPLETE") == 1
+        row = await run_row(db, f"run-{session_id}")
+        assert row.status == "COMPLETED" and row.continuations == 1
+        assert row.owner_id in (manager(a).owner_id, manager(b).owner_id)
+    assert (await run_row(db, "run-alive")).status == "ACTIVE"
+    assert await asyncio.gather(keeper(a).recover(), keeper(b).recover()) == [0, 0]
