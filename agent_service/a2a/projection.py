@@ -13,6 +13,7 @@ snapshot come from the same fold, so a subscriber's snapshot and the updates aft
 | THOUGHT, TOOL_START, TOOL_END, WAITING | status update WORKING, the event in its message |
 | ANSWER_CHUNK | artifact ``answer``, appended chunk by chunk (``append``; ``lastChunk`` at the end) |
 | ARTIFACT | an artifact of its own, whole in one update: a file, link or data part (``artifacts``) |
+| RUN_RESUMED | the answer's text of the step that was cut goes: the ``answer`` artifact sent whole again (``append`` false: it replaces); status update WORKING saying the agent restarted a step |
 | ASK_USER | status update INPUT_REQUIRED, the question in its message (and in the history) |
 | COMPLETE | status update COMPLETED; a direct reply's carries the reply as its message |
 | ERROR | FAILED; CANCELED for ``CANCELLED``; REJECTED for a request the agent refused |
@@ -32,6 +33,7 @@ from agent_service.a2a.schemas import TERMINAL_STATES, Role, TaskState
 from shared.protocol import ArtifactData, ErrorCode, EventEnvelope, EventType
 
 ANSWER_ARTIFACT = "answer"
+RESTARTED = "The agent restarted a step."
 # Runs that ended this way were refused rather than failed: the request was too large for the
 # model, or the organisation's rate limit would have made it wait too long.
 _REFUSED = frozenset({ErrorCode.TOKEN_LIMIT_EXCEEDED.value, ErrorCode.RATE_LIMITED.value})
@@ -64,6 +66,8 @@ class TaskProjection:
     status_ts: datetime | None = None
     status_message: dict[str, Any] | None = None
     answer: list[str] = field(default_factory=list)
+    # Where the answer's chunks of the run the task takes now begin (a RUN_RESUMED cuts that run's text).
+    run_answer_from: int = 0
     # The artifacts tools made (A2A objects), and where among them the answer's stands.
     made: list[dict[str, Any]] = field(default_factory=list)
     answer_at: int = 0
@@ -99,6 +103,7 @@ class TaskProjection:
             return []
         if env.run_id != self.run_id:
             self.run_id, self.paused = env.run_id, False
+            self.run_answer_from = len(self.answer)
         self.last_seq = env.seq
         handler = _HANDLERS[env.type]
         return handler(self, env)
@@ -154,6 +159,15 @@ class TaskProjection:
         self.artifact_open = not last
         return {"artifactUpdate": update}
 
+    def _whole_answer(self, env: EventEnvelope) -> StreamResponse:
+        """The answer artifact with all its text, replacing what a client holds (``append`` false)."""
+        update = {
+            "taskId": self.task_id, "contextId": self.context_id, "artifact": self._artifact("".join(self.answer)),
+            "append": False, "lastChunk": False, "metadata": _meta(env),
+        }
+        self.artifact_open = True
+        return {"artifactUpdate": update}
+
     def _working(self, env: EventEnvelope) -> list[StreamResponse]:
         """A status update WORKING when the task was not working yet (it starts, or resumes)."""
         return [] if self.state is TaskState.WORKING else [self._status(env, TaskState.WORKING, None)]
@@ -197,6 +211,20 @@ def _on_chunk(p: TaskProjection, env: EventEnvelope) -> list[StreamResponse]:
         p.answer_at = len(p.made)
     p.answer.append(text)
     out.append(p._chunk(env, text, last=False))
+    return out
+
+
+def _on_resumed(p: TaskProjection, env: EventEnvelope) -> list[StreamResponse]:
+    """The run went on after its process died: its answer text after its last step goes (that step is
+    done again), so a client's artifact is replaced by the text that stands."""
+    keep = int(env.data.get("answer_chars", 0))
+    run_text = "".join(p.answer[p.run_answer_from:])
+    out = []
+    if len(run_text) > keep:
+        p.answer = [*p.answer[: p.run_answer_from], run_text[:keep]]
+        out.append(p._whole_answer(env))
+    data = {"resumedAfterSeq": env.data.get("checkpoint_seq"), "continuation": env.data.get("continuation")}
+    out.append(p._status(env, TaskState.WORKING, [{"text": RESTARTED}, {"data": data}]))
     return out
 
 
@@ -255,6 +283,7 @@ _HANDLERS = {
     EventType.WAITING: _on_waiting,
     EventType.ANSWER_CHUNK: _on_chunk,
     EventType.ARTIFACT: _on_artifact,
+    EventType.RUN_RESUMED: _on_resumed,
     EventType.ASK_USER: _on_ask_user,
     EventType.COMPLETE: _on_complete,
     EventType.ERROR: _on_error,

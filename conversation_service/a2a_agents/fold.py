@@ -7,6 +7,7 @@ what the task has said so far and turns each A2A event into the agent events it 
 |---|---|
 | ``TASK_STATE_WORKING`` with a status message | ``THOUGHT`` (the page's progress line) |
 | text parts of artifacts (``artifactUpdate``, ``append``/``lastChunk``) | ``ANSWER_CHUNK``: the text not delivered yet |
+| an artifact sent again whose text is the start of what was delivered (the agent took text back: our own Agent Service does when it restarts a step) | ``RUN_RESUMED``: the reply's text is cut there |
 | file, link or data parts of artifacts | ``ARTIFACT`` (once per part) |
 | ``TASK_STATE_INPUT_REQUIRED`` | ``ASK_USER`` (the status message is the question) |
 | ``TASK_STATE_COMPLETED``, or a ``Message`` instead of a task | ``COMPLETE`` (the answer: the artifacts' text, else the message's) |
@@ -164,6 +165,10 @@ class TaskFold:
 
     def _more_text(self) -> list[EventEnvelope]:
         answer = self.answer
+        if len(answer) < len(self.delivered) and self.delivered.startswith(answer):
+            # The agent took text back (an artifact replaced by the start of its text): cut there.
+            self.delivered = answer
+            return [self._event(EventType.RUN_RESUMED, {"checkpoint_seq": self.seq, "answer_chars": len(answer)})]
         if len(answer) <= len(self.delivered):
             return []
         if not answer.startswith(self.delivered):

@@ -21,6 +21,9 @@ Mapping (DESIGN §5):
     WAITING       -> agent.waiting         (reason, wait_s, until: the page counts down)
     ARTIFACT      -> agent.artifact        (a file, link or data the agent made; kept in the message's
                                             agent metadata, written at this boundary)
+    RUN_RESUMED   -> message.delta with no text at the offset where the run's answer stands (every
+                     client cuts the text of the step that was cut there) + notice
+                     ``agent_step_restarted`` about the message; the reply goes on in place
     ASK_USER      -> message.completed (the question as text, for clients that know no agent.*)
                      + agent.ask_user; a pending interaction row; session AWAITING_USER
     COMPLETE      -> message.completed + agent.complete; the final message written once
@@ -70,6 +73,7 @@ from conversation_service.realtime.frames import (
     AgentWaiting,
     FrameData,
     MessageDelta,
+    Notice,
     TurnProgress,
 )
 from conversation_service.realtime.publisher import FramePublisher
@@ -87,6 +91,7 @@ from shared.protocol import (
     ErrorData,
     EventEnvelope,
     EventType,
+    RunResumedData,
     ThoughtData,
     ToolEndData,
     ToolStartData,
@@ -99,6 +104,8 @@ log = logging.getLogger(__name__)
 
 # Tool results shown on the live stream are previews; the agent has the full result.
 RESULT_PREVIEW_CHARS = 500
+STEP_RESTARTED = "agent_step_restarted"
+STEP_RESTARTED_TEXT = "The agent restarted a step."
 
 
 class TurnOutcomeKind(StrEnum):
@@ -284,6 +291,8 @@ class AgentEventProcessor:
                 frame = AgentArtifact.of(turn.message_id, ArtifactData.model_validate(envelope.data))
                 state.artifacts.append({k: v for k, v in frame.data().items() if k != "message_id"})
                 await self._boundary(state, frame)
+            case EventType.RUN_RESUMED:
+                await self._resumed(state, RunResumedData.model_validate(envelope.data), progress)
             case EventType.WAITING:
                 data = WaitingData.model_validate(envelope.data)
                 await self._publisher.emit(cid, AgentWaiting(
@@ -293,6 +302,20 @@ class AgentEventProcessor:
                 ))
             case _:
                 self._unmapped_event(envelope.type)
+
+    async def _resumed(self, state: _TurnState, data: RunResumedData, progress: TurnProgress) -> None:
+        """The agent's run went on after the process running it died, from the end of its last step:
+        the text of the step that was cut goes (its chunks came after that step; the step is done
+        again), the user is told, and the reply goes on in place, the same message."""
+        turn = state.turn
+        if data.answer_chars < state.chars:
+            kept = "".join(state.parts)[: data.answer_chars]
+            state.parts, state.chars = [kept], data.answer_chars
+            await self._publisher.emit(turn.conversation.id, MessageDelta(turn.message_id, "", data.answer_chars),
+                                       progress=progress)
+        state.restarts += 1
+        await self._publisher.emit(turn.conversation.id, Notice(STEP_RESTARTED, STEP_RESTARTED_TEXT,
+                                                                message_id=turn.message_id), progress=progress)
 
     def _unmapped_event(self, type_: str) -> None:
         """An event type this version does not show (a newer Agent Service): counted, logged once."""
@@ -455,7 +478,7 @@ MAX_COALESCED_CHUNKS = 64
 
 
 class _TurnState:
-    __slots__ = ("artifacts", "chars", "last_seq", "outcome", "parts", "tools", "turn")
+    __slots__ = ("artifacts", "chars", "last_seq", "outcome", "parts", "restarts", "tools", "turn")
 
     def __init__(self, turn: AgentTurn) -> None:
         self.turn = turn
@@ -466,9 +489,13 @@ class _TurnState:
         self.artifacts: list[dict[str, Any]] = []
         self.last_seq: int | None = None
         self.outcome: TurnOutcome | None = None  # the first terminal event's: the turn is over
+        # Steps the agent restarted after its process died (RUN_RESUMED), kept on the message.
+        self.restarts = 0
 
     def metadata(self, **extra: Any) -> dict[str, Any]:
         made = {"artifacts": self.artifacts} if self.artifacts else {}
+        if self.restarts:
+            made["restarted_steps"] = self.restarts
         return {
             **self.turn.metadata,
             "path": "agent",

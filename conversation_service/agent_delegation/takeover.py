@@ -51,7 +51,7 @@ from conversation_service.db.models import (
 )
 from conversation_service.messages.repository import MessageRepository
 from conversation_service.metrics import AgentMetrics
-from conversation_service.realtime.frames import Frame, FrameType
+from conversation_service.realtime.frames import Frame, FrameType, with_delta
 from conversation_service.realtime.repository import FrameRepository
 from conversation_service.replies.ender import Reply, ReplyEnder
 from conversation_service.replies.endings import REPLY_INTERRUPTED, Completed, Ending, Interrupted, Stopped
@@ -249,10 +249,10 @@ def _shown(frames: list[Frame]) -> _Shown:
         if frame.type != FrameType.MESSAGE_DELTA:
             continue
         offset = frame.data.get("offset")
-        if isinstance(offset, int) and offset != len(text):
-            whole = whole and offset < len(text)  # a chunk sent again after a takeover replaces
-            text = text[:offset] if offset < len(text) else text
-        text += frame.data.get("text", "")
+        # Past the end: a delta before it was lost. Inside: it replaces (a chunk sent again after a
+        # takeover, or the cut of a step the agent restarted).
+        whole = whole and not (isinstance(offset, int) and offset > len(text))
+        text = with_delta(text, frame.data.get("text", ""), offset)
     return _Shown(text, whole)
 
 

@@ -79,6 +79,15 @@ class MessageDelta(FrameData):
         return {"message_id": self.message_id, "text": self.text, "offset": self.offset}
 
 
+def with_delta(text: str, delta: str, offset: object) -> str:
+    """A message's ``text`` after one of its ``message.delta`` frames: the delta's text from its
+    ``offset`` on when it has one inside the text (what was there is replaced: a chunk sent again after
+    a takeover, or a cut when the agent restarted a step), else appended."""
+    if isinstance(offset, int) and 0 <= offset < len(text):
+        return text[:offset] + delta
+    return text + delta
+
+
 @dataclass(frozen=True, slots=True)
 class MessageCompleted(FrameData):
     """A reply's end with its whole text; ``status`` complete, or stopped (the user stopped it)."""
@@ -208,17 +217,22 @@ class AgentError(FrameData):
 @dataclass(frozen=True, slots=True)
 class Notice(FrameData):
     """Something the user should know that is not a message (a fallback, an expired question...).
-    ``question_id``: the question it is about, when it is about one."""
+    ``question_id``: the question it is about, when it is about one; ``message_id``: the reply it is
+    about, when it is about one (the agent restarted a step of it)."""
 
     TYPE: ClassVar[str] = FrameType.NOTICE
     code: str
     text: str
     question_id: str | None = None
+    message_id: str | None = None
 
     def data(self) -> dict[str, Any]:
-        if self.question_id is None:
-            return {"code": self.code, "text": self.text}
-        return {"code": self.code, "text": self.text, "question_id": self.question_id}
+        data = {"code": self.code, "text": self.text}
+        if self.question_id is not None:
+            data["question_id"] = self.question_id
+        if self.message_id is not None:
+            data["message_id"] = self.message_id
+        return data
 
 
 @dataclass(frozen=True, slots=True)

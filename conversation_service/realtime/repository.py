@@ -7,7 +7,7 @@ from sqlalchemy import bindparam, case, func, insert, select, text, update
 
 from conversation_service.db.models import Conversation, ConversationFrame, Turn, TurnKind, utcnow
 from conversation_service.db.repository import Repository
-from conversation_service.realtime.frames import Frame, FrameType, TurnProgress
+from conversation_service.realtime.frames import Frame, FrameType, TurnProgress, with_delta
 from shared.db import UTCDateTime, json_dumps, on_postgres
 from shared.storable import NUL_IN_JSON, storable
 
@@ -124,7 +124,7 @@ class FrameRepository(Repository):
         ``started_at`` cannot belong to the message either, so a created frame that was never
         persisted does not send the read back to the conversation's start.
         """
-        parts: list[str] = []
+        deltas: list[tuple[str, object]] = []  # newest first: (text, offset)
         last: int | None = None
         below: int | None = None
         while True:
@@ -136,12 +136,12 @@ class FrameRepository(Repository):
             rows = (await self.session.execute(query.order_by(ConversationFrame.seq.desc()).limit(batch))).all()
             for seq, type_, data, created_at in rows:
                 if created_at < started_at or (type_ == FrameType.MESSAGE_CREATED and data.get("id") == message_id):
-                    return "".join(reversed(parts)), last
+                    return _text_of(deltas), last
                 if type_ == FrameType.MESSAGE_DELTA and data.get("message_id") == message_id:
-                    parts.append(str(data.get("text", "")))
+                    deltas.append((str(data.get("text", "")), data.get("offset")))
                     last = seq if last is None else last
             if len(rows) < batch:
-                return "".join(reversed(parts)), last
+                return _text_of(deltas), last
             below = rows[-1][0]
 
     async def max_seq(self, conversation_id: str) -> int:
@@ -204,3 +204,11 @@ class SeqReservationRepository(Repository):
                 .where(Conversation.id == conversation_id, Conversation.seq_reserved == limit)
                 .values(seq_reserved=last)
             )
+
+
+def _text_of(newest_first: list[tuple[str, object]]) -> str:
+    """The text deltas read newest first add up to, each applied at its offset (``with_delta``)."""
+    text = ""
+    for delta, offset in reversed(newest_first):
+        text = with_delta(text, delta, offset)
+    return text

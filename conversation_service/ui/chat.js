@@ -85,6 +85,7 @@ export class ChatView {
       }
     }
     if (Array.isArray(meta.artifacts)) for (const artifact of meta.artifacts) view.artifact(artifact);
+    if (meta.restarted_steps) view.restarted();
     if (!view.final) this.fill(view, msg);
     // The history says how each question stands (loadHistory); live, a new agent turn settles them.
     if (msg.role === "assistant" && meta.path === "agent" && !known && !this.loadingHistory) this.settleCards(meta);
@@ -261,6 +262,11 @@ export class ChatView {
         break;
       }
       case "notice":
+        // About one reply (the agent restarted a step of it): said on that message, not in a banner.
+        if (d.code === "agent_step_restarted" && typeof d.message_id === "string") {
+          view()?.restarted(d.text);
+          break;
+        }
         if (d.code === "agent_question_expired" && typeof d.question_id === "string") {
           const card = this.cards.get(d.question_id);
           if (card) card.close("expired", EXPIRED);

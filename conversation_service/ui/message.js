@@ -113,6 +113,10 @@ export class MessageView {
     this.errorLine.hidden = true;
     this.stoppedLine = el("div", "stopped-text", "Stopped");
     this.stoppedLine.hidden = true;
+    // The agent's service restarted while it wrote this reply: a step was done again (its text replaced).
+    this.restartedLine = el("div", "restarted-text");
+    this.restartedLine.setAttribute("role", "note");
+    this.restartedLine.hidden = true;
     this.actions = el("div", "msg-actions");
     this.actions.append(copyButton("copy-answer", "Copy answer", () => this.text));
     this.actions.hidden = true;
@@ -123,7 +127,7 @@ export class MessageView {
     this.controls = el("div", "msg-controls");
     this.controls.hidden = true;
     this.li.append(meta, this.thinking, this.toolList, this.body, this.artifactList, this.errorLine, this.stoppedLine,
-                   this.actions, this.controls);
+                   this.restartedLine, this.actions, this.controls);
   }
 
   // kind: "regenerate", "retry" or null (none).
@@ -193,6 +197,11 @@ export class MessageView {
       ? this.text.slice(0, offset) + text
       : this.text + text;
     if (!this.frame) this.frame = requestAnimationFrame(() => this.render());
+  }
+
+  restarted(text) {
+    this.restartedLine.textContent = typeof text === "string" && text ? text : "The agent restarted a step.";
+    this.restartedLine.hidden = false;
   }
 
   finish(content, status) {

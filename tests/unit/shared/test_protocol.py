@@ -20,6 +20,7 @@ from shared.protocol import (
     EventEnvelope,
     EventType,
     ExecuteRequest,
+    RunResumedData,
     SessionStatus,
     SessionStatusResponse,
     ThoughtData,
@@ -45,6 +46,7 @@ PAYLOADS = {
     EventType.WAITING: WaitingData(reason="rate limit of 2 requests per 60 s reached", wait_s=12.5, limit="requests"),
     EventType.ARTIFACT: ArtifactData(artifact_id="a1", name="notes.md", media_type="text/markdown", call_id="c1",
                                      text="# Notes"),
+    EventType.RUN_RESUMED: RunResumedData(checkpoint_seq=12, answer_chars=40, continuation=1, step=2),
 }
 
 

@@ -112,3 +112,35 @@ def test_a_direct_reply_is_the_final_status_message_with_what_the_run_made() -> 
     assert reply["role"] == "ROLE_AGENT" and (reply["contextId"], reply["taskId"]) == ("ctx", "run-1")
     assert reply["parts"] == [{"text": "Hi!"}, {"raw": "AAH/", "filename": "a.bin",
                                                  "mediaType": "application/octet-stream"}]
+
+
+def test_a_run_resumed_after_a_crash_replaces_the_answer_artifact_with_the_text_that_stands() -> None:
+    """The step that was cut ("The ans") is done again: a subscriber's artifact is replaced (``append``
+    false) by the text before it, the next chunks append to that, and the snapshot agrees."""
+    task = _task()
+    task.apply(_event(1, "run-1", EventType.ANSWER_CHUNK, text="Let me check. "))
+    task.apply(_event(2, "run-1", EventType.TOOL_START, call_id="c1", tool="calculator", args={}))
+    task.apply(_event(3, "run-1", EventType.TOOL_END, call_id="c1", tool="calculator", ok=True, result=42,
+                      duration_ms=1.0))
+    task.apply(_event(4, "run-1", EventType.ANSWER_CHUNK, text="The ans"))
+    updates = task.apply(_event(1001, "run-1", EventType.RUN_RESUMED, checkpoint_seq=3, answer_chars=14,
+                                continuation=1, step=1))
+    replaced, status = updates[0]["artifactUpdate"], updates[1]["statusUpdate"]
+    assert replaced["append"] is False and replaced["lastChunk"] is False
+    assert replaced["artifact"]["parts"] == [{"text": "Let me check. "}]
+    assert status["status"]["state"] == "TASK_STATE_WORKING"
+    assert status["status"]["message"]["parts"][0] == {"text": "The agent restarted a step."}
+    [appended] = task.apply(_event(1002, "run-1", EventType.ANSWER_CHUNK, text="The answer is 42."))
+    assert appended["artifactUpdate"]["append"] is True
+    task.apply(_event(1003, "run-1", EventType.COMPLETE, answer="Let me check. The answer is 42."))
+    assert task.task()["artifacts"][0]["parts"] == [{"text": "Let me check. The answer is 42."}]
+
+
+def test_a_resumed_answering_run_cuts_only_its_own_text() -> None:
+    task = _task()
+    task.apply(_event(1, "run-1", EventType.ANSWER_CHUNK, text="Where? "))
+    task.apply(_event(2, "run-1", EventType.ASK_USER, question_id="q1", question="Where to?",
+                      expires_at="2026-01-01T00:05:00Z"))
+    task.apply(_event(3, "run-2", EventType.ANSWER_CHUNK, text="Lisb"))
+    [replaced, _] = task.apply(_event(1001, "run-2", EventType.RUN_RESUMED, checkpoint_seq=2, answer_chars=0))
+    assert replaced["artifactUpdate"]["artifact"]["parts"] == [{"text": "Where? "}]

@@ -119,3 +119,15 @@ def test_a_new_chunk_after_a_snapshot_is_shown() -> None:
     fold = TaskFold(delivered="", context_id="c1", task_id="t1")
     events = feed(fold, task("TASK_STATE_WORKING", "a", "b"), chunk("c"), chunk("b"))
     assert [d["text"] for _, d in events] == ["ab", "c", "b"]
+
+
+def test_text_the_agent_takes_back_is_cut_from_the_reply() -> None:
+    """Our own Agent Service, restarting a step, replaces its answer artifact by the text that stands:
+    the chat's reply is cut there (RUN_RESUMED), and what follows is appended once."""
+    fold = TaskFold()
+    events = feed(fold, chunk("Let me ", append=False), chunk("check. The ans"), chunk("Let me check. ", append=False),
+                  chunk("The answer is 42."), status("TASK_STATE_COMPLETED"))
+    assert events == [("ANSWER_CHUNK", {"text": "Let me "}), ("ANSWER_CHUNK", {"text": "check. The ans"}),
+                      ("RUN_RESUMED", {"checkpoint_seq": 2, "answer_chars": len("Let me check. ")}),
+                      ("ANSWER_CHUNK", {"text": "The answer is 42."}),
+                      ("COMPLETE", {"answer": "Let me check. The answer is 42."})]

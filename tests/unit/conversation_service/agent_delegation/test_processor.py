@@ -500,6 +500,50 @@ async def test_a_hole_before_a_crashed_runs_error_is_accepted(bed: Bed) -> None:
     assert (await bed.session_row()).status == AgentSessionStatus.FAILED.value
 
 
+async def test_a_run_resumed_after_a_crash_is_the_same_reply_with_the_cut_step_s_text_replaced(bed: Bed) -> None:
+    """The Agent Service died while the model wrote "The ans" after a tool step; another process went
+    on from the end of that step (RUN_RESUMED above the dead run's reservation). The reply is the same
+    message: its text is cut where the run's answer stands (an empty delta at that offset), the user
+    is told on the message, the step's new text follows, and the message ends with each passage once."""
+    events = [
+        *numbered([chunk("Let me check. "), (EventType.TOOL_START, {"call_id": "c1", "tool": "calculator", "args": {}}),
+                   (EventType.TOOL_END, {"call_id": "c1", "ok": True, "result": "42", "duration_ms": 1.0}),
+                   chunk("The ans")]),
+        envelope(1001, EventType.RUN_RESUMED, {"checkpoint_seq": 3, "answer_chars": 14, "continuation": 1, "step": 1}),
+        envelope(1002, EventType.ANSWER_CHUNK, {"text": "The answer is 42."}),
+        envelope(1003, EventType.COMPLETE, {"answer": "Let me check. The answer is 42."}),
+    ]
+    outcome = await bed.processor(queue_size=1).process(bed.turn(), stream_of(events))
+
+    assert outcome.kind is TurnOutcomeKind.COMPLETE and outcome.content == "Let me check. The answer is 42."
+    deltas = bed.log.of(FrameType.MESSAGE_DELTA)
+    assert [(d.data["text"], d.data["offset"]) for d in deltas] == [
+        ("Let me check. ", 0), ("The ans", 14), ("", 14), ("The answer is 42.", 14)]
+    [notice] = bed.log.of(FrameType.NOTICE)
+    assert notice.data == {"code": "agent_step_restarted", "text": "The agent restarted a step.",
+                           "message_id": bed.message_id}
+    assert bed.log.types[-2:] == [FrameType.MESSAGE_COMPLETED, FrameType.AGENT_COMPLETE]
+    message = await bed.message()
+    assert message.status == MessageStatus.COMPLETE.value and message.content == "Let me check. The answer is 42."
+    assert message.agent_metadata["restarted_steps"] == 1
+    # No dead letter, no error, no second message: the turn simply completed.
+    assert not bed.log.of(FrameType.MESSAGE_ERROR) and len(bed.log.of(FrameType.MESSAGE_CREATED)) == 1
+
+
+async def test_the_text_so_far_of_a_streaming_reply_applies_each_delta_at_its_offset(bed: Bed) -> None:
+    """A page opened mid-reply after the agent restarted a step gets the text that stands, not the
+    cut step's text followed by its new one."""
+    events = [*numbered([chunk("Let me check. "), chunk("The ans")]),
+              envelope(1001, EventType.RUN_RESUMED, {"checkpoint_seq": 1, "answer_chars": 14}),
+              envelope(1002, EventType.ANSWER_CHUNK, {"text": "The a"})]
+    await bed.processor(queue_size=1).process(bed.turn(), stream_of(events))  # no end: interrupted
+    await bed.writer.flush()
+    async with transaction(bed.sessionmaker) as session:
+        text, _ = await FrameRepository(session).streamed_text(
+            bed.conversation_id, bed.message_id, started_at=utcnow() - timedelta(minutes=1))
+    assert text == "Let me check. The a"
+
+
 async def test_a_stream_that_breaks_mid_run_ends_the_message_as_error(bed: Bed) -> None:
     events = numbered([(EventType.THOUGHT, {"text": "hm"}), chunk("The answer "), chunk("is")])
     broken = AgentStreamError("the event stream broke and 3 reconnects failed (AgentTransportError)")
