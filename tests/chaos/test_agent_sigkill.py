@@ -5,9 +5,12 @@ commits, 16-seq reservations, 1 s leases); the ConversationService is the real a
 For each turn, at a point drawn from a seeded RNG while a reader of the Agent Service's own SSE
 stream is following the run live, the process is killed and started again on the same port. Then:
 
-- the turn ends, in the chat, with the full answer or an explicit error;
-- the message the chat stored is exactly the deltas it showed;
-- the reader, resuming with ``Last-Event-ID`` against the restarted process, reaches a terminal event;
+- the turn ends, in the chat, with the full answer: the restarted process continues the run from its
+  last checkpoint (``test_durable_runs`` kills one run at every kind of point);
+- the message the chat stored is exactly what its deltas show, each applied at its offset (a run
+  continued after the kill cuts the text of the step that was cut);
+- the reader, resuming with ``Last-Event-ID`` against the restarted process, reaches the run's COMPLETE,
+  and the text it folds from the chunks (dropping the cut step's, as RUN_RESUMED says) is the answer;
 - reading the Agent Service's log directly, no seq the reader saw is stored as a different event.
 
 Figures (tries, how many held, time from the kill to the terminal event) are printed and recorded as
@@ -22,6 +25,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -35,8 +39,10 @@ from shared.db import create_engine
 from shared.protocol import EventEnvelope, SessionStatus
 from shared.sse import SSEDecoder, decode_envelope
 from shared.transactions import transaction
+from tests.chaos.chat_support import shown_text
 from tests.integration.conversation_service.support import connect
-from tests.integration.delegation.stack import AGENT_KEY, chat_service, deltas_text
+from tests.integration.delegation.stack import AGENT_KEY, chat_service
+from tests.support.run_text import run_text
 from tests.support.servers import ServiceProcess, free_port
 
 TURNS = 10
@@ -143,6 +149,11 @@ class SessionReader:
                     if self._take(decode_envelope(sse)):
                         return
 
+    def events_of(self, run_id: str) -> list[EventEnvelope]:
+        """The events of ``run_id`` the reader saw, in seq order."""
+        return [EventEnvelope(session_id="", run_id=r, seq=seq, type=t, ts=datetime.now(UTC), data=d)
+                for seq, (r, t, d) in sorted(self.seen.items()) if r == run_id]
+
     def _take(self, env: EventEnvelope) -> bool:
         if env.seq <= self.last:
             self.duplicates += 1
@@ -224,13 +235,17 @@ async def _turn(
         return [*failures, "the chat turn did not end"]
     end = frames[-1]
     reply_id = end["data"]["message_id"]
-    shown = deltas_text(frames, reply_id)
+    shown = shown_text(frames, reply_id)
     stored = await _stored_message(stack, reply_id)
     if stored.content != shown:
         failures.append(f"stored message {stored.content!r} differs from the deltas shown {shown!r}")
     completed = end["type"] == "message.completed" and terminal is not None and terminal.type.value == "COMPLETE"
-    if completed and stored.content != terminal.data["answer"]:
+    if not completed:
+        failures.append(f"the turn did not complete: {end['type']}, agent terminal {terminal and terminal.data}")
+    elif stored.content != terminal.data["answer"]:
         failures.append("the completed message is not the full answer")
+    elif run_text(reader.events_of(terminal.run_id), terminal.run_id) != terminal.data["answer"]:
+        failures.append("the reader's text is not the answer, each passage once")
     return failures
 
 
