@@ -18,8 +18,10 @@ from agent_service.events.live_tail import build_notifier
 from agent_service.migrate import run_migrations
 from agent_service.repository import RunEnd, RunRepository, SessionRepository
 from shared.db import create_engine, create_sessionmaker
+from shared.llm.base import LLMDone, TextDelta, ToolCall
 from shared.protocol import EventEnvelope, EventType, SessionStatus, utcnow
 from shared.transactions import autocommit, transaction
+from tests.support.models import ScriptedModelBase
 
 GROUP_COMMIT_TASK = "agent-event-writer"
 ALICE = {"user_id": "alice", "org_id": "acme"}
@@ -34,23 +36,34 @@ def _kind(statement: str) -> str:
 
 
 class RunStatements:
-    """The statements executed outside the group commit while recording."""
+    """The statements executed outside the group commit while recording (``kinds``), and those of the
+    group commit (``group_commit``: one list per transaction)."""
 
     def __init__(self, engine) -> None:
         self.engine = engine.sync_engine
         self.kinds: list[str] = []
+        self.group_commit: list[list[str]] = []
 
     def _record(self, _conn, _cursor, statement, _params, _context, _many) -> None:
         task = asyncio.current_task()
         if task is None or task.get_name() != GROUP_COMMIT_TASK:
             self.kinds.append(_kind(statement))
+        elif self.group_commit:
+            self.group_commit[-1].append(_kind(statement))
+
+    def _begin(self, _conn) -> None:
+        task = asyncio.current_task()
+        if task is not None and task.get_name() == GROUP_COMMIT_TASK:
+            self.group_commit.append([])
 
     def __enter__(self) -> Self:
         sa_event.listen(self.engine, "before_cursor_execute", self._record)
+        sa_event.listen(self.engine, "begin", self._begin)
         return self
 
     def __exit__(self, *_exc: object) -> None:
         sa_event.remove(self.engine, "before_cursor_execute", self._record)
+        sa_event.remove(self.engine, "begin", self._begin)
 
 
 def _new_session_claim(postgres: bool) -> list[str]:
@@ -100,6 +113,47 @@ async def test_a_run_costs_its_claim_recall_terminal_write_and_memory_write_and_
             *_terminal(postgres),
             "INSERT agent_memories",
         ])
+
+
+class TwoToolSteps(ScriptedModelBase):
+    """Calls the calculator, then (with its result) the clock, then answers: two steps that end with
+    tool results, each a checkpoint after the model turn and after the call."""
+
+    async def reply(self, messages, tools):
+        done = sum(1 for m in messages if m.role == "tool")
+        if done < 2:
+            yield TextDelta(f"step {done} ")
+            name, args = ("calculator", {"expression": "2+3"}) if done == 0 else ("current_time", {})
+            yield ToolCall(id=f"call-{done}", name=name, arguments=args)
+        else:
+            yield TextDelta("done")
+        yield LLMDone(prompt_tokens=1, completion_tokens=1)
+
+
+async def test_a_step_costs_no_statement_of_its_own_and_one_in_a_group_commit(agent_factory) -> None:
+    """A checkpoint is written inside the group commit that writes its step's events (or a later one):
+    no transaction and no statement of the run's own, and one statement in the group commit whatever
+    the number of checkpoints in it (PostgreSQL: one JSON document; SQLite: one executemany)."""
+    async with agent_factory(provider=TwoToolSteps()) as agent:
+        state = agent.app.state.agent
+        postgres = state.db_engine.dialect.name == "postgresql"
+        await agent.execute("warm up", body={"user_context": ALICE})
+        await state.memory.written()
+        with RunStatements(state.db_engine) as run:
+            result = await agent.execute("two steps", body={"user_context": ALICE})
+            await state.memory.written()
+            await state.run_manager._log.writer.flush()
+        assert result.last.type.value == "COMPLETE" and len(result.of_type("TOOL_END")) == 2
+        assert sorted(run.kinds) == sorted([
+            *_new_session_claim(postgres), "SELECT agent_memories", *_terminal(postgres), "INSERT agent_memories",
+        ])
+        checkpoints = [kinds.count("UPDATE agent_runs") for kinds in run.group_commit]
+        # Up to four checkpoints (two model turns, two results), in as many group commits at most.
+        assert 1 <= sum(checkpoints) <= 4 and max(checkpoints) == 1
+        for kinds in run.group_commit:
+            if "UPDATE agent_runs" in kinds:
+                # After the batch's events, and before the check that the run is still this process's.
+                assert kinds.index("UPDATE agent_runs") < kinds.index("SELECT agent_runs"), kinds
 
 
 async def _session_with_a_run(sessionmaker, session_id: str, run_id: str, owner: str) -> None:
