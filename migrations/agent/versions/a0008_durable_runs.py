@@ -1,7 +1,7 @@
 """Durable runs: a run's checkpoint, and how many times it was continued after a crash.
 
 Revision ID: a0008
-Revises: a0006
+Revises: a0007
 
 ``agent_runs.checkpoint`` holds where a run stands at the end of its last step, written in the
 transaction of that step's events; a replica that finds the run orphaned continues it from there.
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "a0008"
-down_revision = "a0006"
+down_revision = "a0007"
 branch_labels = None
 depends_on = None
 
