@@ -215,6 +215,7 @@ async def build_runs(
     manager = RunManager(
         sessionmaker=sessionmaker, event_log=event_log, engine=engine, metrics=metrics, owner_id=new_owner_id(),
         lease_seconds=settings.lease_seconds, snapshot_max_bytes=settings.session_snapshot_max_bytes, tracing=tracing,
+        hand_over=settings.max_continuations > 0,
     )
     event_log.lease_to(manager.owner_id, manager.taken_over_runs)
     # Renewals on a pool of their own: never late because every request holds a connection.

@@ -246,6 +246,17 @@ class SessionRepository:
         )
         return result.rowcount == 1
 
+    async def close_reservation(self, session_id: str, run_id: str, seq: int) -> None:
+        """Lower the reservation of ``run_id``'s session to ``seq``, every seq up to which is written:
+        the run handed over goes on right after it, with no hole."""
+        await self.db.execute(
+            update(AgentSession)
+            .where(AgentSession.id == session_id, AgentSession.current_run_id == run_id,
+                   AgentSession.status == SessionStatus.ACTIVE.value, AgentSession.last_seq <= seq)
+            .values(seq_reserved=seq)
+            .execution_options(synchronize_session=False)
+        )
+
     async def bump_last_seq(self, session_id: str, seq: int) -> None:
         # Never move backwards: batches of one session are written in order, but be safe anyway.
         await self.db.execute(
@@ -390,6 +401,17 @@ class RunRepository:
         await self.db.execute(
             _SAVE_CHECKPOINT, [{"k_run_id": run_id, "k_state": state} for run_id, state in checkpoints.items()]
         )
+
+    async def release(self, run_id: str, owner_id: str) -> bool:
+        """Give up the lease of a run this process executes without ending it (a graceful stop): no
+        owner and no lease, so the next sweep of any replica takes it at once. True when it held it."""
+        result = await self.db.execute(
+            update(AgentRun)
+            .where(AgentRun.id == run_id, AgentRun.owner_id == owner_id, AgentRun.status == SessionStatus.ACTIVE.value)
+            .values(owner_id=None, lease_expires_at=None)
+            .execution_options(synchronize_session=False)
+        )
+        return result.rowcount == 1
 
     async def claim_to_continue(
         self, run_id: str, owner_id: str, now: datetime, lease_until: datetime, max_continuations: int,

@@ -118,7 +118,8 @@ class RunContinuation:
         return Continuation(
             handle=RunHandle(session_id=session.id, run_id=orphan.run_id, first_seq=run.first_seq),
             next_seq=first, reserved=reserved, profile=profile,
-            user_context=UserContext.model_validate(session.user_context), owner=owner_of(session), state=state,
+            user_context=UserContext.model_validate(restored.user or session.user_context), owner=owner_of(session),
+            state=state,
             start_transcript=list(session.transcript or []), resume=resume, resumed=resumed, unknown=unknown,
             linked_trace=run.traceparent,
         )
@@ -154,7 +155,8 @@ class RunContinuation:
             self._log.emit(channel, EventType.TOOL_END, ToolEndData(
                 call_id=call.id, tool=call.name, ok=False, error=UNKNOWN_OUTCOME, duration_ms=0.0))
         if c.unknown:
-            self._log.checkpoint(channel, checkpoint_of(c.state, len(c.start_transcript), channel.next_seq - 1))
+            self._log.checkpoint(channel, checkpoint_of(c.state, len(c.start_transcript), channel.next_seq - 1,
+                                                        c.user_context.model_dump(mode="json")))
         run = ActiveRun.of(c.handle, c.profile, c.user_context, c.state, c.resume, channel, c.owner,
                            start_transcript=c.start_transcript)
         run.linked_trace = c.linked_trace

@@ -153,6 +153,8 @@ class LeaseKeeper:
             log.exception("orphaned run could not be continued", extra={"run_id": continuation.handle.run_id})
 
     async def _recover_batch(self) -> tuple[int, int]:
+        if self._manager.shutting_down:
+            return 0, 0  # a stopping process takes no run over: it would stop it again at once
         now = utcnow()
         claimed: list[tuple[OrphanRun, ErrorCode]] = []
         continued: list[Continuation] = []

@@ -25,7 +25,7 @@ from agent_service.metrics import AgentMetrics
 from agent_service.profiles.schemas import Profile
 from agent_service.repository import RunEnd
 from agent_service.runs.admission import capacity_wait
-from agent_service.runs.checkpoints import RunCheckpoints
+from agent_service.runs.checkpoints import RunCheckpoints, hand_over
 from agent_service.runs.endings import CANCELLED, INTERRUPTED, Ending, ending_of
 from agent_service.runs.engine import ReActEngine
 from agent_service.runs.schemas import RunHandle
@@ -38,6 +38,8 @@ from shared.tracing import NO_TRACING, Tracing, TracingOff
 log = logging.getLogger(__name__)
 
 _TAKEN_OVER = "run ended by another replica after its lease expired"
+# What ``_outcome`` says of a run stopped by a graceful stop that goes on elsewhere (``hand_over``).
+HANDED_OVER = object()
 EVENTS_LOST = "some of the run's events could not be saved: its database was unavailable for too long"
 
 
@@ -98,9 +100,12 @@ class RunManager:
     def __init__(
         self, *, sessionmaker: async_sessionmaker, event_log: EventLog, engine: ReActEngine, metrics: AgentMetrics,
         owner_id: str, lease_seconds: float, snapshot_max_bytes: int = DEFAULT_MAX_BYTES,
-        tracing: Tracing | TracingOff = NO_TRACING,
+        tracing: Tracing | TracingOff = NO_TRACING, hand_over: bool = False,
     ) -> None:
+        """``hand_over``: on shutdown the runs under way are left to be continued from their last
+        checkpoint (``checkpoints.hand_over``) instead of ending ERROR INTERRUPTED."""
         self._tracing = tracing
+        self._hand_over = hand_over
         self._sessionmaker = sessionmaker
         self._log = event_log
         self._engine = engine
@@ -149,7 +154,8 @@ class RunManager:
 
     def _steps(self, run: ActiveRun) -> RunCheckpoints:
         """Where the run's steps are checkpointed: its channel, while it is this process's."""
-        return RunCheckpoints(self._log, lambda: None if run.taken_over else run.channel, len(run.start_transcript))
+        return RunCheckpoints(self._log, lambda: None if run.taken_over else run.channel, len(run.start_transcript),
+                              run.context.user_context)
 
     async def _drive(self, run: ActiveRun) -> None:
         """The run's task: one span (under the execute that started it, which it outlives) and one
@@ -174,6 +180,12 @@ class RunManager:
             outcome = await self._outcome(run)
             if outcome is None:
                 return
+            if outcome is HANDED_OVER:
+                run.finishing = True  # its lease is given up next: a renewal must not take it for lost
+                if run.channel is not None and await hand_over(self._sessionmaker, self._log, run.channel,
+                                                               self.owner_id):
+                    log.info("run handed over on shutdown", extra={"run_id": run.handle.run_id})
+                return
             if run.taken_over:
                 self._log.abandon(run.channel)
                 log.warning(_TAKEN_OVER, extra={"run_id": run.handle.run_id})
@@ -194,8 +206,9 @@ class RunManager:
                 del self._runs[run.handle.session_id]
             session_id_var.reset(token)
 
-    async def _outcome(self, run: ActiveRun) -> Outcome | None:
-        """How the engine's run ended, a cancel included; None for a discarded run."""
+    async def _outcome(self, run: ActiveRun) -> Outcome | object | None:
+        """How the engine's run ended, a cancel included; None for a discarded run, ``HANDED_OVER`` for
+        one a graceful stop leaves to another process."""
         try:
             if run.place is not None:
                 await run.place.wait(capacity_wait(self._emit(run)))
@@ -211,7 +224,8 @@ class RunManager:
             if task is not None:
                 task.uncancel()
             if self._shutting_down and not run.cancel_requested:
-                return Failed(ErrorCode.INTERRUPTED, INTERRUPTED)
+                return HANDED_OVER if self._hand_over and not run.taken_over else Failed(ErrorCode.INTERRUPTED,
+                                                                                        INTERRUPTED)
             return Failed(ErrorCode.CANCELLED, CANCELLED)
         except Exception:
             log.exception("run failed unexpectedly", extra={"run_id": run.handle.run_id})
@@ -293,7 +307,8 @@ class RunManager:
         self._interrupt(run)
 
     async def shutdown(self) -> None:
-        """Stop every run; each ends with ERROR INTERRUPTED (retryable) written to the log."""
+        """Stop every run: each is handed over to be continued from its last checkpoint (``hand_over``),
+        or ends with ERROR INTERRUPTED (retryable) written to the log."""
         self._shutting_down = True
         runs = list(self._runs.values())
         if runs:

@@ -24,7 +24,7 @@ from agent_service.models import AgentSession, next_seq, owner_of
 from agent_service.profiles.schemas import Profile
 from agent_service.profiles.service import ProfileStore
 from agent_service.repository import RunRepository, SessionRepository
-from agent_service.runs.checkpoints import resume_checkpoint
+from agent_service.runs.checkpoints import start_checkpoint
 from agent_service.runs.early_start import EarlyModelCall
 from agent_service.runs.endings import end_with_error
 from agent_service.runs.manager import ActiveRun, RunManager
@@ -214,10 +214,14 @@ class RunService:
         # After any hole a crashed run left; the run may show a block of seqs before they are written.
         first_seq = next_seq(session)
         reserved = first_seq - 1 + self._log.seq_block
+        user_context = (
+            UserContext.model_validate(session.user_context) if request.answer is not None else request.user_context
+        )
         run = self._run_row(early.run_id, session.id, first_seq, key, now, caller)
-        if turn.resume is not None:
-            # Until its first step ends, the answer is all a continuation after a crash would lack.
-            run["checkpoint"] = resume_checkpoint(turn.resume)
+        # Until its first step ends, what a continuation after a crash would lack: its answer, its user.
+        start = start_checkpoint(turn.resume, user_context, session.user_context)
+        if start is not None:
+            run["checkpoint"] = start
         claimed = await sessions.claim(
             session.id, early.run_id, now,
             {"profile_name": profile.name, "transcript": state.transcript_json(),
@@ -227,9 +231,6 @@ class RunService:
         )
         if not claimed:
             raise RunInProgress({"message": "another run claimed this session", "session_id": session.id})
-        user_context = (
-            UserContext.model_validate(session.user_context) if request.answer is not None else request.user_context
-        )
         linked = None
         if turn.resume is not None and self._tracing.enabled and session.current_run_id:
             linked = await RunRepository(db).traceparent_of(session.current_run_id)

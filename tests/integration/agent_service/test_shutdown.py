@@ -2,8 +2,9 @@
 "Agent Service restarts").
 
 The stream ends cleanly at once (it does not hold the stop up for the grace period), the process
-exits 0, the run under way ends ``ERROR INTERRUPTED`` as before, and the SDK, resuming with
-``Last-Event-ID`` once the service is back, gets every event exactly once up to that ending.
+exits 0, the run under way is handed over (its events written, its lease given up, not ended), and the
+SDK, resuming with ``Last-Event-ID`` once the service is back, gets every event exactly once, with no
+hole: the restarted process continues the run (RUN_RESUMED) to its COMPLETE.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from conversation_service.agent_client import AgentServiceClient
 from conversation_service.agent_client.config import AgentClientConfig
-from shared.protocol import ErrorCode, EventType, ExecuteRequest, UserContext
+from shared.protocol import EventType, ExecuteRequest, UserContext
+from tests.support.run_text import run_text
 from tests.support.servers import ServiceProcess, free_port
 
 API_KEY = "shutdown-key"
@@ -66,8 +68,9 @@ async def test_sigterm_ends_open_streams_at_once_exits_0_and_the_sdk_resumes_aft
         assert stream.reconnects >= 1, "the stream never broke: the run ended before SIGTERM"
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         last = events[-1]
-        assert last.type is EventType.ERROR and last.data["code"] == ErrorCode.INTERRUPTED.value
-        assert not any(e.type is EventType.COMPLETE for e in events)
+        assert last.type is EventType.COMPLETE, last
+        assert [e.type for e in events].count(EventType.RUN_RESUMED) == 1
+        assert run_text(events, last.run_id) == last.data["answer"]
     finally:
         await first.stop(kill=True)
         await second.stop()

@@ -188,3 +188,45 @@ async def test_a_call_in_flight_is_made_again_only_when_its_tool_says_that_is_ha
         assert run_text(log.events, run_id) == ANSWER
         gate.set()
         keeper(a).start()
+
+
+class UserProbe(Probe):
+    """An idempotent probe recording the user each call acts for; its first call for a user with the
+    permission ``hold`` waits for ``gate``."""
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        super().__init__(idempotent=True)
+        self.gate_for_hold = gate
+        self.held = asyncio.Event()
+        self.users: list[dict[str, Any]] = []
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        self.users.append(ctx.user_context.model_dump())
+        self.started.set()
+        if "hold" in ctx.user_context.permissions and len([u for u in self.users if "hold" in u["permissions"]]) == 1:
+            self.held.set()
+            await self.gate_for_hold.wait()
+        return {"value": 42}
+
+
+async def test_a_continued_run_acts_for_the_user_its_message_came_from(agent_factory, profiles) -> None:
+    """A session's second message said other permissions than its first: the run continued after a crash
+    still acts with the second message's, not with what the session's row recorded at its start."""
+    gate = asyncio.Event()
+    probe = UserProbe(gate)
+    first_user = {"user_id": "u-1", "org_id": "o-1", "permissions": ["read"]}
+    second_user = {**first_user, "permissions": ["read", "hold"]}
+    async with agent_factory(provider=StepModel(), tools=ToolRegistry([probe]), **_settings(profiles)) as a, \
+            agent_factory(provider=StepModel(), tools=ToolRegistry([probe]), **_settings(profiles)) as b:
+        first = await a.execute("go", body={"user_context": first_user})
+        session_id = first.last.session_id
+        assert first.last.type.value == "COMPLETE"
+        second = asyncio.create_task(a.execute("again", body={"session_id": session_id, "user_context": second_user}))
+        await asyncio.wait_for(probe.held.wait(), 10)
+        await _crash(a)
+        await wait_for_status(b, session_id, "COMPLETED")
+        assert [u["permissions"] for u in probe.users] == [["read"], ["read", "hold"], ["read", "hold"]]
+        gate.set()
+        keeper(a).start()
+        await second
+

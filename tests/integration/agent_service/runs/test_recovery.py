@@ -118,13 +118,32 @@ async def test_the_answer_a_run_resumed_with_is_not_lost_when_it_dies_before_its
         assert len(answered) == 1 and "Lisbon" in answered[0]["content"]
 
 
-async def test_stopping_the_service_ends_its_runs_as_interrupted(agent_factory, db) -> None:
+async def test_stopping_the_service_hands_its_runs_over_to_the_next_start(agent_factory, db) -> None:
     provider = BuiltinProvider(first_token_delay=0, chunk_delay=0.05)
     async with agent_factory(provider=provider) as agent:
         first = await agent.execute("search the docs for group commit", stop_after=1)
         session_id = first.events[0].session_id
-    # The server is stopped; a new one finds the run already ended, with its ERROR in the log.
+    # The server is stopped: the run is not ended, its lease is given up and its seqs closed at its last event.
+    async with db.sessionmaker() as s:
+        run = await s.get(AgentRun, first.events[0].run_id)
+        session = await s.get(AgentSession, session_id)
+        assert run.status == "ACTIVE" and run.owner_id is None and run.lease_expires_at is None
+        assert session.status == "ACTIVE" and session.seq_reserved == session.last_seq
+    # A new server continues it at once, right after its last event.
     async with agent_factory() as agent:
+        log = await agent.replay(session_id, 0)
+        assert [e.seq for e in log.events] == list(range(1, len(log.events) + 1))
+        assert [e.type.value for e in log.events].count("RUN_RESUMED") == 1
+        assert log.last.type.value == "COMPLETE" and run_text(log.events, log.last.run_id) == log.last.data["answer"]
+
+
+async def test_stopping_the_service_ends_its_runs_as_interrupted_when_runs_are_not_continued(agent_factory, db) -> None:
+    provider = BuiltinProvider(first_token_delay=0, chunk_delay=0.05)
+    async with agent_factory(provider=provider, max_continuations=0) as agent:
+        first = await agent.execute("search the docs for group commit", stop_after=1)
+        session_id = first.events[0].session_id
+    # The server is stopped; a new one finds the run already ended, with its ERROR in the log.
+    async with agent_factory(max_continuations=0) as agent:
         status = await agent.status(session_id)
         assert status["status"] == "FAILED"
         log = await agent.replay(session_id, 0)
