@@ -417,7 +417,7 @@ class RunRepository:
         self, run_id: str, owner_id: str, now: datetime, lease_until: datetime, max_continuations: int,
     ) -> ContinuedRun | None:
         """Take an orphaned run over to continue it, if it still is an orphan and has continuations
-        left: True for at most one caller per orphaning (as ``claim_orphan``)."""
+        left: the run as it stood for at most one caller per orphaning (as ``claim_orphan``), else None."""
         result = await self.db.execute(
             update(AgentRun)
             .where(AgentRun.id == run_id, AgentRun.status == SessionStatus.ACTIVE.value, _lease_expired(now),

@@ -134,8 +134,9 @@ class AgentServiceSettings(BaseSettings):
     # Whole request bodies (message plus chat history) are refused with 413 above this.
     max_body_bytes: Annotated[int, Field(gt=0)] = 8 * 1024 * 1024
     # Replicas share the database: a run's owner renews its lease every lease_renew_seconds, and
-    # any replica fails a run whose lease is lease_seconds old. A longer lease tolerates longer
-    # stalls (database outage, blocked loop) at the cost of a slower recovery after a crash.
+    # any replica takes over (continues, or ends) a run whose lease is lease_seconds old. A longer
+    # lease tolerates longer stalls (database outage, blocked loop) at the cost of a slower recovery
+    # after a crash.
     lease_seconds: Annotated[float, Field(gt=0)] = 15.0
     lease_renew_seconds: Annotated[float, Field(gt=0)] = 5.0
     # A run whose process died is continued from its last checkpoint by the replica whose sweep finds
@@ -147,7 +148,8 @@ class AgentServiceSettings(BaseSettings):
     # client that closes: a server-side close racing the client's reuse of the connection loses a request.
     keep_alive_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 75
     # On SIGTERM: how long open connections get before they are cut off (SSE streams end at once;
-    # runs under way end with ERROR INTERRUPTED). Keep it below the orchestrator's kill timeout.
+    # runs under way are handed over to be continued elsewhere, or end with ERROR INTERRUPTED when
+    # max_continuations is 0). Keep it below the orchestrator's kill timeout.
     shutdown_grace_s: Annotated[float, Field(gt=0, le=600)] = 8.0
     # Lifecycle hooks (agent_service.hooks), ``module:Class`` each, called in this order; then those
     # installed packages declare under the ``taskforce.agent_hooks`` entry point group.

@@ -3,7 +3,8 @@
 A run is an asyncio task of the process, not of the HTTP request, so a client that disconnects
 loses nothing. When a run ends, its terminal event and the session's new state are written
 together (``endings``), conditional on the process still owning the run: replicas share the
-database, and one whose lease expired may have had its run ended by another.
+database, and one whose lease expired may have had its run ended (or continued) by another. Each
+step's end is checkpointed (``checkpoints``); a graceful stop hands the runs over rather than ending them.
 """
 
 from __future__ import annotations

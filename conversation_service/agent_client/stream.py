@@ -6,9 +6,10 @@ joins the run instead of starting a second one). Once events flow, a broken conn
 resumed with ``GET /api/v1/agent/sessions/{id}/events`` and ``Last-Event-ID``; events the
 consumer already has (``seq <= last_seq``) are dropped, so the consumer sees every event at most
 once, in order. A hole in the sequence is accepted and counted (``seqs_skipped``): after the Agent
-Service crashed mid-run, the events it had shown but not yet written are gone, and the ERROR that
-ends the run comes after every seq the run had reserved (see "Crash safety: seqs" in
-docs/architecture.md).
+Service crashed mid-run, the events it had shown but not yet written are gone, and the RUN_RESUMED
+that continues the run (or the ERROR that ends it) comes after every seq the run had reserved (see
+"Crash safety: seqs" in docs/architecture.md). A RUN_RESUMED is passed on like any event: the
+consumer drops the run's answer text after its ``checkpoint_seq`` (``shared.protocol.RunResumedData``).
 
 Every event is untrusted input: its size is capped while it is being read, and it is validated
 (:func:`decode_event`) before anyone sees it. A stream reaches the Agent Service only through the

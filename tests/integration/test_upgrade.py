@@ -7,8 +7,9 @@ under it, this release's replicas start beside it, and the old replicas are stop
 - The old chat replica is stopped while replies stream (agent and direct): every reply completes, and its
   clients, resuming with ``after_seq`` on the new replica, see every frame once, in order, and the stored text.
 - The old Agent Service is stopped once out of rotation (as Kubernetes drops a stopping pod from the
-  Service's endpoints) and idle; a run under way on an Agent Service told to stop ends ``INTERRUPTED``
-  in this release as in the previous one (docs/architecture.md, "Upgrades"), so a rollout waits for it.
+  Service's endpoints) and idle: a run under way on an Agent Service of the previous release told to stop
+  ends ``INTERRUPTED`` (this release hands it over to be continued; docs/architecture.md, "Upgrades"), so a
+  rollout from that release waits for it.
 
 docs/architecture.md ("Upgrades") says the rule that makes this hold (expand, then contract), and
 tests/unit/migrations/test_expand_contract.py holds each new migration to it.

@@ -24,6 +24,7 @@ from shared.protocol import (
     ErrorData,
     EventEnvelope,
     EventType,
+    ToolEndData,
     utcnow,
 )
 
@@ -341,5 +342,46 @@ async def test_one_group_commit_moves_the_last_seq_of_every_session_in_it(databa
                  and "last_seq <" in stmt]
         assert bumps == [database_url.startswith("sqlite")]
     finally:
+        await log.aclose()
+        await engine.dispose()
+
+
+async def test_a_checkpoint_is_written_with_the_events_before_it_never_ahead_of_them(database_url: str) -> None:
+    """A run's checkpoint goes through the group commit behind its events: a batch that fails takes
+    both back (a recovery would otherwise find a state ahead of the log), and the retry writes both in
+    one transaction; the checkpoints of several steps in one batch are one statement, the last one stays."""
+    engine, sessionmaker = await _setup(database_url)
+    log = EventLog(sessionmaker, group_commit_ms=10_000, live_queue_size=10, metrics=AgentMetrics(),
+                   durable_write_budget_s=30)
+    log.writer.owner_id = OWNER
+    log.start()
+    failures = {"left": 1}
+    checkpoint_statements: list[bool] = []
+
+    def _watch(_conn, _cursor, statement, _params, _context, many) -> None:
+        upper = statement.lstrip().upper()
+        if upper.startswith("UPDATE AGENT_RUNS SET CHECKPOINT"):
+            checkpoint_statements.append(many)
+            if failures["left"]:  # the database goes away after the events' insert, before the commit
+                failures["left"] -= 1
+                raise OperationalError(statement, {}, ConnectionError("the server restarted"))
+
+    sa_event.listen(engine.sync_engine, "before_cursor_execute", _watch)
+    try:
+        channel = log.open_channel("s1", "r1", 1, reserved=1000)
+        log.emit(channel, EventType.ANSWER_CHUNK, AnswerChunkData(text="step one"))
+        log.checkpoint(channel, {"seq": 1, "steps": 1})
+        log.emit(channel, EventType.TOOL_END, ToolEndData(call_id="c1", ok=True, result=1, duration_ms=1.0))
+        log.checkpoint(channel, {"seq": 2, "steps": 2})
+        await log.writer.flush()
+        async with sessionmaker() as db:
+            stored = await EventRepository(db).after("s1", 0, 10)
+            run = await db.get(AgentRun, "r1")
+        assert [e.seq for e in stored] == [1, 2] and run.checkpoint == {"seq": 2, "steps": 2}
+        # The first try failed as a whole (no checkpoint without its events); the retry wrote both,
+        # the batch's two checkpoints as one statement.
+        assert failures["left"] == 0 and len(checkpoint_statements) == 2
+    finally:
+        sa_event.remove(engine.sync_engine, "before_cursor_execute", _watch)
         await log.aclose()
         await engine.dispose()
