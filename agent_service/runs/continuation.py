@@ -31,10 +31,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agent_service.access.caller import Owner
 from agent_service.errors import ProfileNotFound
 from agent_service.events.event_log import EventLog
 from agent_service.metrics import AgentMetrics
-from agent_service.access.caller import Owner
 from agent_service.models import AgentSession, next_seq, owner_of
 from agent_service.profiles.schemas import Profile
 from agent_service.profiles.service import ProfileStore

@@ -106,10 +106,15 @@ class _CountedTool(Tool):
         self.seconds = seconds
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        with open(self.calls, "a") as out:  # the effect, and the tests' signal that the call is under way
-            out.write(f"{ctx.run_id}\n")
+        # The effect, and the tests' signal that the call is under way: a line per call, made durable
+        # before the call goes on (a kill right after must find it).
+        await asyncio.to_thread(self._count, ctx.run_id)
         await asyncio.sleep(self.seconds)  # a slow tool: a kill lands inside it
         return self.result
+
+    def _count(self, run_id: str) -> None:
+        with open(self.calls, "a") as out:
+            out.write(f"{run_id}\n")
 
 
 class Lookup(_CountedTool):

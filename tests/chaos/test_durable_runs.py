@@ -55,8 +55,8 @@ from tests.chaos.chat_support import replay_agent_log, shown_text
 from tests.chaos.test_agent_sigkill import SessionReader, _reused, _stored_events
 from tests.integration.conversation_service.support import connect
 from tests.integration.delegation.stack import AGENT_KEY, chat_service
-from tests.support.servers import ServiceProcess, free_port
 from tests.support.run_text import run_text, run_text_by_seq
+from tests.support.servers import ServiceProcess, free_port
 
 MESSAGE = "/agent look the value up and send the note"
 WAIT_S = 40.0
