@@ -52,7 +52,7 @@ from conversation_service.realtime.seq import InProcessSeqAllocator, RedisSeqAll
 from conversation_service.realtime.writer import FrameWriter
 from conversation_service.replies.ender import ReplyEnder
 from conversation_service.reply_control.service import ReplyControl
-from conversation_service.resilience.breaker import BreakerState, CircuitBreaker
+from shared.breaker import BreakerState, CircuitBreaker
 from conversation_service.resilience.breaker_metrics import A2AAgentBreakersCollector, BreakerCollector
 from conversation_service.resilience.health import AgentHealthMonitor
 from conversation_service.routing.router import MessageRouter

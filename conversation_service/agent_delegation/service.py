@@ -56,7 +56,7 @@ from conversation_service.realtime.frames import MessageCreated, Notice, TurnPro
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.replies.endings import Failed
 from conversation_service.replies.policy import Action, action_for, failure_reason, says_agent_unhealthy
-from conversation_service.resilience.breaker import CircuitOpenError
+from shared.breaker import CircuitOpenError
 from conversation_service.settings.delegation import DelegationSettings
 from conversation_service.settings.routing import FALLBACK_NOTICE
 from conversation_service.tasks import TaskSupervisor

@@ -15,7 +15,7 @@ from conversation_service.a2a_agents.target import A2ATarget
 from conversation_service.agent_client import AgentServiceClient
 from conversation_service.agent_client.errors import AgentConflictError, AgentStreamError
 from conversation_service.db.models import ConversationAgentSession
-from conversation_service.resilience.breaker import CircuitBreaker
+from shared.breaker import CircuitBreaker
 from conversation_service.settings.a2a_agents import A2AAgentsSettings
 from shared.protocol import ExecuteRequest
 

@@ -22,7 +22,7 @@ from conversation_service.agent_client import (
     AgentUnavailableError,
 )
 from conversation_service.replies.endings import STREAM_INTERRUPTED, TURN_FAILED, Reason
-from conversation_service.resilience.breaker import CircuitOpenError
+from shared.breaker import CircuitOpenError
 from shared.protocol import ErrorData
 
 

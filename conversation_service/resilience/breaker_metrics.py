@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from conversation_service.resilience.breaker import BreakerState, CircuitBreaker
+from shared.breaker import BreakerState, CircuitBreaker
 
 _STATE_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 

@@ -7,7 +7,7 @@ import time
 
 from conversation_service.agent_client import AgentServiceClient, AgentServiceError
 from conversation_service.metrics import AgentMetrics
-from conversation_service.resilience.breaker import CircuitBreaker
+from shared.breaker import CircuitBreaker
 
 
 class AgentHealthMonitor:

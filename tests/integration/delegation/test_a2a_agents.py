@@ -21,7 +21,7 @@ from conversation_service.db.models import (
     TurnKind,
     TurnStatus,
 )
-from conversation_service.resilience.breaker import BreakerState
+from shared.breaker import BreakerState
 from conversation_service.settings.a2a_agents import A2AAgentConfig, A2AAgentsSettings
 from conversation_service.settings.routing import FALLBACK_NOTICE
 from shared.transactions import transaction

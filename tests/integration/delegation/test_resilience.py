@@ -20,7 +20,7 @@ from conversation_service.agent_client import (
     AgentRequestTimeoutError,
 )
 from conversation_service.db.models import DeadLetter, Message
-from conversation_service.resilience.breaker import BreakerState
+from shared.breaker import BreakerState
 from conversation_service.settings.routing import FALLBACK_NOTICE
 from shared.transactions import transaction
 from tests.integration.conversation_service.support import connect

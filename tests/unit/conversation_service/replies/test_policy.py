@@ -33,7 +33,7 @@ from conversation_service.replies.policy import (
     interruption_reason,
     says_agent_unhealthy,
 )
-from conversation_service.resilience.breaker import CircuitOpenError
+from shared.breaker import CircuitOpenError
 from shared.protocol import ErrorData
 
 # The service itself is away or failing: the direct LLM answers and the breaker counts it.

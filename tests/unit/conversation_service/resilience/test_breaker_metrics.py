@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conversation_service.resilience.breaker import BreakerState, CircuitBreaker
+from shared.breaker import BreakerState, CircuitBreaker
 from conversation_service.resilience.breaker_metrics import A2AAgentBreakersCollector, BreakerCollector
 
 

@@ -1,8 +1,10 @@
-"""Circuit breaker around the Agent Service.
+"""A circuit breaker around a service we call: the chat's around the Agent Service and each A2A
+agent, the Agent Service's around each MCP server.
 
 Closed: calls pass; failures are remembered with their time. When ``failure_threshold`` failures
 fall inside the last ``window_seconds`` (spec: 5 in 60 s) the breaker opens. Open: calls are refused
-at once (the MessageRouter sends the message to the direct LLM with a notice). After
+at once (the chat's MessageRouter sends the message to the direct LLM with a notice; an MCP tool
+call fails at once and the model is told). After
 ``open_seconds`` it is half-open: exactly ONE probe call is let through; its success closes the
 breaker, its failure opens it again. Other callers keep being refused while the probe runs.
 
@@ -27,8 +29,8 @@ class BreakerState(StrEnum):
 class CircuitOpenError(Exception):
     """Raised by ``acquire()`` when the call must not be attempted."""
 
-    def __init__(self, retry_after: float) -> None:
-        super().__init__(f"agent service circuit is open; next probe in {retry_after:.1f} s")
+    def __init__(self, retry_after: float, service: str = "agent service") -> None:
+        super().__init__(f"{service} circuit is open; next probe in {retry_after:.1f} s")
         self.retry_after = retry_after
 
 
@@ -41,7 +43,9 @@ class CircuitBreaker:
         open_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[BreakerState], None] | None = None,
+        service: str = "agent service",
     ) -> None:
+        self.service = service
         self.failure_threshold = failure_threshold
         self.window_seconds = window_seconds
         self.open_seconds = open_seconds
@@ -57,6 +61,12 @@ class CircuitBreaker:
         if self._state is BreakerState.OPEN and self._clock() - self._opened_at >= self.open_seconds:
             self._set(BreakerState.HALF_OPEN)
         return self._state
+
+    def retry_after(self) -> float:
+        """Seconds until the next probe may be made (0 unless open)."""
+        if self.state is not BreakerState.OPEN:
+            return 0.0
+        return max(0.0, self.open_seconds - (self._clock() - self._opened_at))
 
     @property
     def recent_failures(self) -> int:
@@ -76,7 +86,7 @@ class CircuitBreaker:
         call ended for a reason that says nothing about the service's health).
         """
         if not self.allows_calls():
-            raise CircuitOpenError(max(0.0, self.open_seconds - (self._clock() - self._opened_at)))
+            raise CircuitOpenError(self.retry_after(), self.service)
         if self._state is BreakerState.CLOSED:
             return False
         self._probe_in_flight = True

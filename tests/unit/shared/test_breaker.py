@@ -1,6 +1,6 @@
 import pytest
 
-from conversation_service.resilience.breaker import BreakerState, CircuitBreaker, CircuitOpenError
+from shared.breaker import BreakerState, CircuitBreaker, CircuitOpenError
 
 
 class FakeClock:
