@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
@@ -100,6 +101,8 @@ class AgentState:
     callers: CallerResolver | None = None
     # The A2A server's parts (its routes reach them through ``agent_service.a2a.transport.parts``).
     a2a: A2AParts | None = None
+    # The MCP servers whose tools profiles offer (agent_service.mcp.service.MCPTools); None: none configured.
+    mcp: Any = None
 
 
 def build_tracing_of(stack: AsyncExitStack, app: FastAPI, config: TracingConfig) -> Tracing | TracingOff:
@@ -135,6 +138,21 @@ async def build_tools(
         tools = build_registry(sessionmaker, artifact_max_bytes=settings.artifact_max_bytes)
     profiles.check_tools(lambda name: find_tool(tools, name) is not None)
     return tools
+
+
+async def build_mcp_tools(
+    stack: AsyncExitStack, settings: AgentServiceSettings, profiles: ProfileStore, metrics: AgentMetrics,
+    tools: ToolLookup,
+) -> tuple[ToolLookup, Any]:
+    """The MCP servers' tools beside the built-in ones, when servers are configured. Imported only
+    then: the MCP SDK takes a third of a second to import, which a deployment without it never pays."""
+    if not (settings.mcp_servers or settings.mcp_servers_file or any(p.mcp for p in profiles.configured())):
+        return tools, None
+    from agent_service.mcp.metrics import MCPMetrics
+    from agent_service.mcp.service import ToolsWithMCP, build_mcp
+
+    mcp = await build_mcp(stack, settings, profiles, MCPMetrics(metrics.registry), tools)
+    return (tools, None) if mcp is None else (ToolsWithMCP(tools, mcp), mcp)
 
 
 def build_hooks(stack: AsyncExitStack, settings: AgentServiceSettings, metrics: AgentMetrics) -> HookRunner:
@@ -270,6 +288,7 @@ async def build_agent(
     sessionmaker = create_sessionmaker(db_engine)
     profiles = ProfileStore.from_file(settings.profiles_file)
     tools = await build_tools(settings, sessionmaker, profiles, tools)
+    tools, mcp = await build_mcp_tools(stack, settings, profiles, metrics, tools)
     provider = build_model(stack, settings, provider, metrics, tracing)
     memory = build_memory(stack, settings, sessionmaker, metrics)
     engine = ReActEngine(
@@ -294,7 +313,7 @@ async def build_agent(
     return AgentState(
         settings=settings, metrics=metrics, db_engine=db_engine, profiles=profiles,
         run_manager=manager, lease_keeper=keeper, run_service=run_service, session_service=session_service,
-        streamer=streamer, memory=memory, callers=callers,
+        streamer=streamer, memory=memory, callers=callers, mcp=mcp,
         a2a=build_a2a(
             settings, profiles, run_service, session_service, streamer, event_log, sessionmaker,
             stopping=app.state.shutdown.begun,

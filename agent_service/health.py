@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import PlainTextResponse
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
@@ -10,10 +12,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from agent_service.deps import DatabaseDep, MetricsDep
 from agent_service.errors import NotReady
 from agent_service.memory.deps import MemoryDep
+from shared.app_state import started
 from shared.http_contract import METRICS_RESPONSE, errors
 from shared.metrics_export import render_metrics
 
 router = APIRouter(tags=["health"])
+MCPDep = Annotated[Any, Depends(started("agent", "mcp"))]
 
 
 @router.get("/health")
@@ -23,13 +27,19 @@ async def health(memory: MemoryDep) -> dict[str, str]:
 
 
 @router.get("/ready", responses=errors({503: "the database does not answer"}))
-async def ready(db_engine: DatabaseDep) -> dict[str, str]:
+async def ready(db_engine: DatabaseDep, mcp: MCPDep) -> dict[str, Any]:
+    """Ready when the database answers. ``mcp_servers`` (when MCP servers are configured) says how
+    each is doing (``ready``, ``starting``, ``restarting``; its breaker, tools, last error): a
+    server that is down makes its tools fail, not the service unready."""
     try:
         async with db_engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
     except (SQLAlchemyError, OSError) as exc:
         raise NotReady(f"database unavailable: {type(exc).__name__}") from None
-    return {"status": "ready", "database": "ok"}
+    report: dict[str, Any] = {"status": "ready", "database": "ok"}
+    if mcp is not None:
+        report["mcp_servers"] = mcp.health()
+    return report
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses=METRICS_RESPONSE)

@@ -9,7 +9,7 @@ variable read once.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
@@ -189,6 +189,26 @@ class AgentServiceSettings(BaseSettings):
     # A text file is read inline, another is named to the model; a file of a type not listed is
     # refused with ContentTypeNotSupportedError. Empty: no files.
     a2a_file_types: Annotated[list[str], NoDecode, Field(max_length=100)] = ["*/*"]
+    # MCP servers whose tools profiles may offer (agent_service.mcp; docs: "Tools from MCP servers"):
+    # a JSON list here, and/or a YAML file of them. Each server's entry is checked at start-up.
+    mcp_servers: list[dict[str, Any]] = []
+    mcp_servers_file: Path | None = None
+    # Defaults of every server, each may set its own timeout and result cap.
+    mcp_call_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    mcp_max_result_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
+    # A server's handshake (or server/discover) and tool listing, and an HTTP connection, take at most this.
+    mcp_connect_timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 10.0
+    # A server whose connection is lost (a stdio server that exited) is connected again after these
+    # delays in turn, the last repeated; they start again once it stayed up a minute.
+    mcp_restart_delays_seconds: Annotated[list[float], NoDecode, Field(min_length=1)] = [1, 2, 4, 8, 16, 30]
+    # The breaker of each server: this many failed calls (no answer, a broken connection) within the
+    # window open it; calls then fail at once for the open period, then one probe is let through.
+    mcp_breaker_failures: Annotated[int, Field(ge=1)] = 3
+    mcp_breaker_window_seconds: Annotated[float, Field(gt=0)] = 60.0
+    mcp_breaker_open_seconds: Annotated[float, Field(gt=0)] = 30.0
+    # Bounds on what a server offers: tools taken from it, and the size of one tool's input schema.
+    mcp_max_tools_per_server: Annotated[int, Field(ge=1, le=1000)] = 128
+    mcp_max_schema_bytes: Annotated[int, Field(ge=256, le=1024 * 1024)] = 32 * 1024
     log_level: str = "INFO"
     llm: LLMSettings = Field(default_factory=LLMSettings)
     # Limits on model calls per organisation and model (AGENT_SERVICE_RATE_LIMIT_*).
@@ -206,6 +226,20 @@ class AgentServiceSettings(BaseSettings):
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @field_validator("mcp_restart_delays_seconds", mode="before")
+    @classmethod
+    def _split_delays(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [float(part) for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("mcp_restart_delays_seconds")
+    @classmethod
+    def _positive_delays(cls, value: list[float]) -> list[float]:
+        if any(delay <= 0 or delay > 3600 for delay in value):
+            raise ValueError("each delay is more than 0 and at most 3600 seconds")
         return value
 
     @field_validator("a2a_file_types")

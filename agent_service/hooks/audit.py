@@ -1,14 +1,17 @@
 """The audit log hook: one JSON line per hook call in ``AGENT_SERVICE_AUDIT_LOG``.
 
 Each line says when, at which point, for whom (user, organisation, session, run) and, where the
-point has them, the tool, its arguments and how long the call took. No message or answer text is
-written (only lengths), and argument values under a name that looks like a secret are replaced:
-an audit file is read by more people than the conversations are.
+point has them, the tool (and the MCP server it comes from), its arguments, their digest and how
+long the call took. No message or answer text is written (only lengths), and argument values under
+a name that looks like a secret are replaced: an audit file is read by more people than the
+conversations are. The digest (SHA-256 of the arguments as canonical JSON, before redaction) tells
+two calls with the same arguments apart from two that differ, secrets included, without showing them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from pathlib import Path
 from typing import IO, Any
@@ -41,6 +44,19 @@ def redact(value: Any) -> Any:
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
+
+
+def digest(arguments: dict[str, Any]) -> str:
+    """SHA-256 of ``arguments`` as canonical JSON (sorted keys)."""
+    return hashlib.sha256(orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
+
+
+def _tool_fields(data: BeforeTool | AfterTool) -> dict[str, Any]:
+    fields = {"tool": data.tool, "call_id": data.call_id, "arguments": redact(data.arguments),
+              "arguments_sha256": digest(data.arguments)}
+    if data.server is not None:
+        fields["server"] = data.server
+    return fields
 
 
 class AuditLogHook(Hook):
@@ -87,14 +103,12 @@ class AuditLogHook(Hook):
         )
 
     async def before_tool(self, data: BeforeTool) -> None:
-        await self._write(
-            HookPoint.BEFORE_TOOL, data, tool=data.tool, call_id=data.call_id, arguments=redact(data.arguments),
-        )
+        await self._write(HookPoint.BEFORE_TOOL, data, **_tool_fields(data))
 
     async def after_tool(self, data: AfterTool) -> None:
         await self._write(
-            HookPoint.AFTER_TOOL, data, tool=data.tool, call_id=data.call_id, arguments=redact(data.arguments),
-            ok=data.ok, error=data.error, duration_ms=_ms(data.duration_s),
+            HookPoint.AFTER_TOOL, data, **_tool_fields(data), ok=data.ok, error=data.error,
+            duration_ms=_ms(data.duration_s),
         )
 
     async def answer_chunk(self, data: AnswerChunk) -> None:

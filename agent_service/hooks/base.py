@@ -69,6 +69,8 @@ class BeforeTool:
     tool: str
     arguments: dict[str, Any]
     refusal: str | None = None
+    # The MCP server the tool comes from; None: a built-in tool.
+    server: str | None = None
 
     def refuse(self, reason: str) -> None:
         """The tool is not run; the model is told ``reason`` instead of its result."""
@@ -85,6 +87,7 @@ class AfterTool:
     result: Any
     error: str | None
     duration_s: float
+    server: str | None = None
 
 
 @dataclass(slots=True)

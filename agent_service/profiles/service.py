@@ -1,4 +1,6 @@
-"""Profiles come from a YAML file read once at start-up."""
+"""Profiles come from a YAML file read once at start-up. A profile that offers tools of MCP
+servers is completed when it is read (``with_tools``): those servers' tools change while the
+service runs, so the profile a run gets names the ones on offer then."""
 
 from __future__ import annotations
 
@@ -18,6 +20,16 @@ class ProfileStore:
             if profile.name in self._profiles:
                 raise ValueError(f"profile {profile.name!r} is defined twice")
             self._profiles[profile.name] = profile
+        self._complete: Callable[[Profile], Profile] | None = None
+
+    def with_tools(self, complete: Callable[[Profile], Profile]) -> None:
+        """From now on a profile with ``mcp`` servers is read through ``complete`` (their tools added)."""
+        self._complete = complete
+
+    def _read(self, profile: Profile) -> Profile:
+        if profile.mcp and self._complete is not None:
+            return self._complete(profile)
+        return profile
 
     @classmethod
     def from_file(cls, path: Path) -> ProfileStore:
@@ -25,11 +37,16 @@ class ProfileStore:
 
     def get(self, name: str) -> Profile:
         try:
-            return self._profiles[name]
+            profile = self._profiles[name]
         except KeyError:
             raise ProfileNotFound(f"no profile named {name!r}") from None
+        return self._read(profile)
 
     def all(self) -> list[Profile]:
+        return [self._read(profile) for profile in self._profiles.values()]
+
+    def configured(self) -> list[Profile]:
+        """The profiles as the file says them (without the MCP tools on offer now)."""
         return list(self._profiles.values())
 
     def check_tools(self, has_tool: Callable[[str], bool]) -> None:

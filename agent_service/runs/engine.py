@@ -49,7 +49,7 @@ from agent_service.runs.state import (
     close_pending_calls,
 )
 from agent_service.tools.ask_user import ASK_USER_TOOL_NAME, validate_question
-from agent_service.tools.base import Tool, ToolContext, ToolError, ToolOutput
+from agent_service.tools.base import InputRequired, Tool, ToolContext, ToolError, ToolOutput, UserReply
 from agent_service.tools.reply import NOT_RUN, REPLY_TOOL_NAME, SENT, validate_reply
 from shared.fastpath.fair_share import fair_share
 from shared.llm.base import (
@@ -162,14 +162,9 @@ class ReActEngine:
     ) -> Outcome:
         answer = state.answer
         if resume is not None and state.pending_calls:
-            call = state.pending_calls.pop(0)
-            if resume.kind is AskUserKind.APPROVAL:
-                if resume.approved:
-                    await self._execute(ctx, state, call, emit)
-                else:
-                    self._tool_result(state, call, REFUSED_RESULT)
-            else:
-                self._tool_result(state, call, {"answer": resume.text})
+            paused = await self._resume_call(ctx, state, resume, emit)
+            if paused is not None:
+                return paused
             ctx.steps.ended(state)
         ended = await self._run_pending(ctx, state, emit, answer)
         if ended is not None:
@@ -312,7 +307,25 @@ class ReActEngine:
                     tool=call.name, args=call.arguments,
                 )
             state.pending_calls.pop(0)
-            await self._execute(ctx, state, call, emit)
+            paused = await self._execute(ctx, state, call, emit)
+            if paused is not None:
+                return paused
+        return None
+
+    async def _resume_call(self, ctx: RunContext, state: RunState, resume: Resume, emit: Emit) -> Paused | None:
+        """The paused call takes the user's reply: a tool's own question is answered (the call goes
+        on), an approval runs or refuses it, an ``ask_user`` question's answer is its result."""
+        call = state.pending_calls.pop(0)
+        waiting, state.tool_input = state.tool_input, None
+        if waiting is not None and waiting.get("call_id") == call.id:
+            reply = UserReply(resume.text, declined=resume.declined)
+            return await self._execute(ctx, state, call, emit, answered=(waiting.get("state") or {}, reply))
+        if resume.kind is AskUserKind.APPROVAL:
+            if resume.approved:
+                return await self._execute(ctx, state, call, emit)
+            self._tool_result(state, call, REFUSED_RESULT)
+        else:
+            self._tool_result(state, call, {"answer": resume.text})
         return None
 
     async def _reply(
@@ -344,25 +357,36 @@ class ReActEngine:
         )
         return Paused(question=pending, call_id=call.id)
 
-    async def _execute(self, ctx: RunContext, state: RunState, call: ToolCall, emit: Emit) -> None:
+    async def _execute(
+        self, ctx: RunContext, state: RunState, call: ToolCall, emit: Emit,
+        answered: tuple[dict[str, Any], UserReply] | None = None,
+    ) -> Paused | None:
         """Run one tool call between its TOOL_START and TOOL_END; a ``before_tool`` hook may refuse
         it, which the model reads as the tool's error. Its result goes into the transcript and the
-        step ends with the TOOL_END, with no wait in between: the checkpoint is written with it."""
+        step ends with the TOOL_END, with no wait in between: the checkpoint is written with it. A tool
+        that asks the user something pauses the run (its TOOL_END comes with the run that takes the
+        answer: ``answered``, the tool's state and the reply; the hooks let that call through already)."""
         run = run_info(ctx)
-        before = BeforeTool(run, call.id, call.name, dict(call.arguments))
-        if self.hooks.wants(HookPoint.BEFORE_TOOL):
+        tool = self._offered(ctx, call.name)
+        server = tool.server if tool is not None else None
+        before = BeforeTool(run, call.id, call.name, dict(call.arguments), server=server)
+        if answered is None and self.hooks.wants(HookPoint.BEFORE_TOOL):
             await self.hooks.call(HookPoint.BEFORE_TOOL, before)
         emit(EventType.TOOL_START, ToolStartData(call_id=call.id, tool=call.name, args=call.arguments))
-        state.usage.tool_calls += 1
+        if answered is None:
+            state.usage.tool_calls += 1
         started = time.perf_counter()
         artifacts: tuple[ArtifactData, ...] = ()
         if before.refusal is not None:
             ok, result, error = False, None, before.refusal
-        elif not (self._repeatable(ctx, call) or await ctx.steps.effect_ahead()):
+        elif not (tool is None or tool.idempotent or await ctx.steps.effect_ahead()):
             ok, result, error = False, None, NOT_RECORDED
         else:
-            with self.tracing.tool(call.name, call.id) as span:
-                ok, result, error = await self._invoke(ctx, call)
+            with self.tracing.tool(call.name, call.id, server=server) as span:
+                invoked = await self._invoke(ctx, call, tool, answered)
+                if isinstance(invoked, InputRequired):
+                    return self._ask_for_tool(state, call, invoked)
+                ok, result, error = invoked
                 if not ok:
                     span.set_attribute("error.type", "tool_error")
         if isinstance(result, ToolOutput):
@@ -385,29 +409,38 @@ class ReActEngine:
         ctx.steps.ended(state)
         if self.hooks.wants(HookPoint.AFTER_TOOL):
             await self.hooks.call(
-                HookPoint.AFTER_TOOL, AfterTool(run, call.id, call.name, call.arguments, ok, result, error, duration),
+                HookPoint.AFTER_TOOL,
+                AfterTool(run, call.id, call.name, call.arguments, ok, result, error, duration, server=server),
             )
+        return None
 
-    def _repeatable(self, ctx: RunContext, call: ToolCall) -> bool:
-        """Whether making the call twice is harmless: its tool says so, or there is no such tool."""
-        tool = find_tool(self.tools, call.name) if call.name in ctx.profile.tools else None
-        return tool is None or tool.idempotent
+    def _offered(self, ctx: RunContext, name: str) -> Tool | None:
+        return find_tool(self.tools, name) if name in ctx.profile.tools else None
 
-    async def _invoke(self, ctx: RunContext, call: ToolCall) -> tuple[bool, Any, str | None]:
-        """``(ok, result, error)`` of running the tool the call names."""
-        tool = find_tool(self.tools, call.name) if call.name in ctx.profile.tools else None
+    def _ask_for_tool(self, state: RunState, call: ToolCall, request: InputRequired) -> Paused:
+        """The call waits for the user: it stays first among the pending calls, with its tool's state."""
+        state.tool_input = {"call_id": call.id, "state": request.state}
+        state.pending_calls.insert(0, call)
+        return self._pause(call, AskUserKind.QUESTION, request.question, tool=call.name)
+
+    async def _invoke(
+        self, ctx: RunContext, call: ToolCall, tool: Tool | None, answered: tuple[dict[str, Any], UserReply] | None,
+    ) -> tuple[bool, Any, str | None] | InputRequired:
+        """``(ok, result, error)`` of running the tool the call names, or its question for the user."""
         if tool is None:
             return False, None, f"unknown tool {call.name!r}; available: {', '.join(ctx.profile.tools) or 'none'}"
+        timeout = tool.timeout_s or self.tool_timeout_s
+        tool_ctx = ToolContext(ctx.session_id, ctx.run_id, ctx.user_context)
+        work = (tool.run(call.arguments, tool_ctx) if answered is None
+                else tool.resume(call.arguments, answered[0], answered[1], tool_ctx))
         try:
-            result = await asyncio.wait_for(
-                tool.run(call.arguments, ToolContext(ctx.session_id, ctx.run_id, ctx.user_context)),
-                self.tool_timeout_s,
-            )
-            return True, result, None
+            return True, await asyncio.wait_for(work, timeout), None
+        except InputRequired as request:
+            return request
         except ToolError as exc:
             return False, None, str(exc)
         except TimeoutError:
-            return False, None, f"{call.name} did not finish within {self.tool_timeout_s:g} s"
+            return False, None, f"{call.name} did not finish within {timeout:g} s"
         except Exception:
             log.exception("tool failed", extra={"tool": call.name})
             return False, None, f"{call.name} failed with an internal error"

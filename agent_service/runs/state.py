@@ -31,13 +31,19 @@ class RunState:
     # The run's answer text so far, as its ANSWER_CHUNKs said it. Each run answers anew (not kept
     # when it pauses); a checkpoint keeps it, so a continued run's COMPLETE holds the whole answer.
     answer: list[str] = field(default_factory=list)
+    # The first pending call asked the user something mid-call (``tools.base.InputRequired``):
+    # ``{"call_id", "state"}``, the tool's own state, handed back to it with the answer.
+    tool_input: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "pending_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.pending_calls],
             "steps": self.steps,
             "usage": self.usage.model_dump(),
         }
+        if self.tool_input is not None:
+            data["tool_input"] = self.tool_input
+        return data
 
     @classmethod
     def from_json(cls, transcript: list[dict[str, Any]], data: dict[str, Any] | None) -> RunState:
@@ -50,6 +56,7 @@ class RunState:
             ],
             steps=int(data.get("steps", 0)),
             usage=Usage.model_validate(data.get("usage") or {}),
+            tool_input=data.get("tool_input"),
         )
 
     @classmethod
@@ -79,6 +86,8 @@ class Resume:
     kind: AskUserKind
     text: str
     approved: bool
+    # The user refused to answer (``approved: false`` on a question): a tool's question is declined.
+    declined: bool = False
 
 
 class Steps(Protocol):
@@ -157,6 +166,7 @@ def answer_call(state: RunState, call: ToolCall, error: str) -> None:
 def close_pending_calls(state: RunState, reason: str) -> None:
     """Answer every pending call with ``reason``, so the transcript stays valid for a model that
     requires a tool result after each tool call (when a paused run is cancelled or expires)."""
+    state.tool_input = None
     for call in state.pending_calls:
         answer_call(state, call, reason)
     state.pending_calls = []

@@ -15,7 +15,7 @@ from agent_service.errors import (
 )
 from agent_service.models import AgentSession
 from agent_service.runs.state import Resume
-from shared.protocol import Answer, ExecuteRequest, PendingQuestion, SessionStatus
+from shared.protocol import Answer, AskUserKind, ExecuteRequest, PendingQuestion, SessionStatus
 
 _APPROVE_WORDS = frozenset({"approve", "approved", "yes", "y", "ok", "allow"})
 
@@ -57,7 +57,11 @@ def turn_for(session: AgentSession, request: ExecuteRequest, now: datetime) -> T
         question = PendingQuestion.model_validate(pending)
         if question.expires_at <= now:
             return Turn(expired=True)
-        return Turn(resume=Resume(kind=question.kind, text=request.answer.text, approved=_approved(request.answer)))
+        answer = request.answer
+        return Turn(resume=Resume(
+            kind=question.kind, text=answer.text, approved=_approved(answer),
+            declined=question.kind is AskUserKind.QUESTION and answer.approved is False,
+        ))
     if awaiting:
         if PendingQuestion.model_validate(pending).expires_at > now:
             raise QuestionPending(

@@ -138,10 +138,14 @@ class Tracing:
             "gen_ai.conversation.id": session_id, "taskforce.run.id": run_id,
         }, links=links_to(linked))
 
-    def tool(self, name: str, call_id: str) -> AbstractContextManager[Span]:
-        return self.span(f"execute_tool {name}", attributes={
+    def tool(self, name: str, call_id: str, *, server: str | None = None) -> AbstractContextManager[Span]:
+        """One tool call (GenAI ``execute_tool``); a tool of an MCP server names it (``mcp.server.name``)."""
+        attributes = {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id,
-        })
+        }
+        if server is not None:
+            attributes["mcp.server.name"] = server
+        return self.span(f"execute_tool {name}", attributes=attributes)
 
     @contextmanager
     def inbound_message(

@@ -56,3 +56,23 @@ class ToolCallingModel(ScriptedModelBase):
         for chunk in self.answer:
             yield TextDelta(chunk)
         yield LLMDone(prompt_tokens=len(messages), completion_tokens=len(self.answer) or 1, finish_reason="stop")
+
+
+class QuotingModel(ToolCallingModel):
+    """Calls ``calls`` like ``ToolCallingModel``, then answers with what the tools said: the content
+    of each tool message since its last turn, so a test reads a tool's result in the answer."""
+
+    name = "quoting"
+
+    async def reply(self, messages: Sequence[LLMMessage], tools: Sequence[ToolSpec]) -> AsyncIterator[LLMEvent]:
+        if messages[-1].role != "tool":
+            async for event in super().reply(messages, tools):
+                yield event
+            return
+        results = []
+        for message in reversed(messages):
+            if message.role != "tool":
+                break
+            results.append(message.content)
+        yield TextDelta("The tools said: " + " | ".join(reversed(results)))
+        yield LLMDone(prompt_tokens=len(messages), completion_tokens=1, finish_reason="stop")
