@@ -374,14 +374,7 @@ class MCPConnection:
         """What the model reads of a call that failed; the breaker counts the server's faults only."""
         where = f"{call.tool} of MCP server {self.name!r}"
         if isinstance(exc, MCPError):
-            if exc.code == types.CONNECTION_CLOSED:
-                self._settle(False, "failed", started)
-                return ToolError(f"{where}: the connection to the server broke during the call; whether the call "
-                                 "did anything is unknown")
-            self._settle(True, "error", started)
-            if exc.code == types.INVALID_REQUEST and "Session terminated" in exc.error.message:
-                self._ended.set()  # the server forgot our session (it restarted): connect again
-            return ToolError(f"{where} refused the call: {exc.error.message} (error {exc.code})")
+            return self._refused(where, exc, started)
         if isinstance(exc, ValidationError):
             self._settle(True, "error", started)
             return ToolError(f"{where} sent a result that is not valid MCP ({exc.error_count()} errors); "
@@ -395,6 +388,24 @@ class MCPConnection:
         self._settle(False, "failed", started)
         log.warning("MCP call failed", extra={"mcp_server": self.name, "tool": call.tool, "error": _describe(exc)})
         return ToolError(f"{where} failed: {_describe(exc)}")
+
+    def _refused(self, where: str, exc: MCPError, started: float) -> ToolError:
+        message = exc.error.message.splitlines()[0][:300]
+        if "byte limit" in message:
+            # An answer past the transport's cap (an SSE event, a JSON body): the server is there.
+            self._settle(True, "error", started)
+            return ToolError(f"{where} sent an answer over this server's cap of {self.server.max_result_bytes} "
+                             "bytes; ask for less (a narrower query, a page of the results)")
+        if exc.code == types.CONNECTION_CLOSED:
+            self._settle(False, "failed", started)
+            return ToolError(f"{where}: the connection to the server broke during the call ({message}); whether the "
+                             "call did anything is unknown")
+        self._settle(True, "error", started)
+        if exc.code == types.PARSE_ERROR:
+            return ToolError(f"{where} sent an answer that is not valid MCP; it cannot be read ({message})")
+        if exc.code == types.INVALID_REQUEST and "Session terminated" in message:
+            self._ended.set()  # the server forgot our session (it restarted): connect again
+        return ToolError(f"{where} refused the call: {message} (error {exc.code})")
 
     async def _on_elicit(self, _ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
         """A 2025-11-25 server asks the user during a call: the question goes to that call's run,

@@ -73,10 +73,16 @@ class Reader:
 
     @staticmethod
     def _for_model(text: str, structured: dict[str, Any] | None) -> Any:
+        """The structured content alone when the text only repeats it (a server writes it for
+        older clients: the object as JSON, or its one value, as SDKs wrap a plain return)."""
         if structured is None:
             return text
         if not text or _same_json(text, structured):
             return structured
+        if len(structured) == 1:
+            value = next(iter(structured.values()))
+            if text == value or _same_json(text, value):
+                return structured
         return {"text": text, "structured_content": structured}
 
     def _block(self, block: Any, artifacts: list[ArtifactData]) -> str:

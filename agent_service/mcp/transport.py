@@ -34,8 +34,8 @@ Elicitation = Callable[[Any, types.ElicitRequestParams], Awaitable[types.ElicitR
 MessageHandler = Callable[[Any], Awaitable[None]]
 
 
-class AnswerTooLarge(httpx2.HTTPError):
-    """A server's JSON answer passed the cap."""
+class AnswerTooLarge(httpx2.StreamError):
+    """A server's JSON answer passed the cap (a ``StreamError``: the SDK fails that request alone)."""
 
 
 class _CappedStream(httpx2.AsyncByteStream):
@@ -48,7 +48,7 @@ class _CappedStream(httpx2.AsyncByteStream):
         async for chunk in self._inner:
             seen += len(chunk)
             if seen > self._max:
-                raise AnswerTooLarge(f"the server's answer is over {self._max} bytes")
+                raise AnswerTooLarge(f"the answer exceeded the {self._max} byte limit")
             yield chunk
 
     async def aclose(self) -> None:

@@ -19,7 +19,6 @@ import asyncio
 import base64
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any, Self
@@ -117,7 +116,7 @@ def _plain_tools(server: MCPServer, log: Events) -> None:
         """Fails with the reason."""
         raise ToolError(reason)
 
-    @server.tool()
+    @server.tool(annotations=READ_ONLY)  # (not true, but no approval in the way of the crash tests)
     def exit_now(code: int = 3) -> str:
         """Ends the server's process (a crash)."""
         log.add(tool="exit_now")
@@ -159,8 +158,8 @@ def _tools_that_ask_or_wait(server: MCPServer, log: Events) -> None:
 
 
 def _hostile(server: MCPServer) -> None:
+    # (A schema that is not an object's cannot be sent: the SDK checks its own server's listing.)
     bad_schemas = {
-        "not_an_object": {"type": "string"},
         "huge_schema": {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "d" * 200}
                                                          for i in range(400)}},
         "deep_schema": _deep(60),
@@ -182,8 +181,7 @@ def _hostile(server: MCPServer) -> None:
     @server.tool(annotations=READ_ONLY)
     async def noise(ctx: Context) -> str:
         """Writes lines that are not JSON-RPC to stdout, then answers."""
-        sys.stdout.buffer.write(b"this is not json\n{\"jsonrpc\": \"2.0\", \"broken\n")
-        sys.stdout.buffer.flush()
+        _onto_the_wire(b"this is not json\n{\"jsonrpc\": \"2.0\", \"broken\n")
         return "answered after the noise"
 
     @server.tool(annotations=READ_ONLY)
@@ -191,10 +189,18 @@ def _hostile(server: MCPServer) -> None:
         """Answers its own call with a result that is not MCP (stdio), then waits."""
         answer = {"jsonrpc": "2.0", "id": int(ctx.request_id) if ctx.request_id.isdigit() else ctx.request_id,
                   "result": {"content": "not a list of blocks", "isError": "maybe"}}
-        sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
-        sys.stdout.buffer.flush()
+        _onto_the_wire(json.dumps(answer).encode() + b"\n")
         await asyncio.sleep(30)
         return "never read"
+
+
+def _onto_the_wire(data: bytes) -> None:
+    """Bytes straight onto the protocol's stdout: the SDK points fd 1 at stderr while it serves
+    (so a stray print cannot corrupt the wire) and keeps the wire on a private copy."""
+    from mcp.server import stdio
+
+    claim = stdio._claims.get(1)
+    os.write(claim.private_fd if claim is not None and claim.private_fd is not None else 1, data)
 
 
 def _deep(levels: int) -> dict[str, Any]:

@@ -76,3 +76,26 @@ class QuotingModel(ToolCallingModel):
             results.append(message.content)
         yield TextDelta("The tools said: " + " | ".join(reversed(results)))
         yield LLMDone(prompt_tokens=len(messages), completion_tokens=1, finish_reason="stop")
+
+
+class CommandModel(ScriptedModelBase):
+    """Calls the tool the user names: ``call <tool> <JSON arguments>`` (after any ``/agent``); then
+    answers with what the tool said (``The tools said: ...``). Anything else it answers at once."""
+
+    name = "command"
+
+    async def reply(self, messages: Sequence[LLMMessage], tools: Sequence[ToolSpec]) -> AsyncIterator[LLMEvent]:
+        import json
+
+        last = messages[-1]
+        if last.role == "tool":
+            yield TextDelta(f"The tools said: {last.content}")
+        else:
+            words = last.content.removeprefix("/agent").strip().split(" ", 2)
+            if len(words) >= 2 and words[0] == "call":
+                arguments = json.loads(words[2]) if len(words) == 3 else {}
+                yield ToolCall(id=f"call-{len(messages)}", name=words[1], arguments=arguments)
+                yield LLMDone(prompt_tokens=len(messages), completion_tokens=1, finish_reason="tool_calls")
+                return
+            yield TextDelta("Nothing to call.")
+        yield LLMDone(prompt_tokens=len(messages), completion_tokens=1, finish_reason="stop")

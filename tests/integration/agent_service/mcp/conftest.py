@@ -48,8 +48,14 @@ def stdio_server(events: Path, *, name: str = "ops", legacy: bool = False, hosti
 @asynccontextmanager
 async def http_server(events: Path, *, legacy: bool = False, hostile: bool = False) -> AsyncIterator[str]:
     """The test server over Streamable HTTP; yields its endpoint URL."""
-    async with serve_app(http_app(build(legacy=legacy, events=events, hostile=hostile))) as url:
+    async with serve_http(build(legacy=legacy, events=events, hostile=hostile)) as url:
         yield f"{url}/mcp"
+
+
+def serve_http(server, port: int | None = None):
+    """uvicorn for the server's app; a client's open streams (a ``subscriptions/listen``) are cut
+    after a second when it stops, as a server process that ends would cut them."""
+    return serve_app(http_app(server), port=port, timeout_graceful_shutdown=1)
 
 
 @pytest.fixture
@@ -78,3 +84,21 @@ async def ops_server(request, events: Path) -> AsyncIterator[dict[str, Any]]:
 
 def events_of(path: Path, **match: Any) -> list[dict[str, Any]]:
     return [e for e in read_events(path) if all(e.get(k) == v for k, v in match.items())]
+
+
+async def until(check, *, timeout: float = 15.0, what: str = "the condition") -> Any:
+    """Poll ``check`` (sync or async) until it gives something true; that value. Fails after ``timeout``."""
+    import asyncio
+    import inspect
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
