@@ -354,7 +354,10 @@ class MCPConnection:
             self._hold(call)
             self._settle(True, "asked", started)
             return call, outcome
-        self._settle(True, "input_required" if isinstance(outcome, types.InputRequiredResult) else "ok", started)
+        if isinstance(outcome, types.InputRequiredResult):
+            self._settle(True, "input_required", started)
+        else:
+            self._settle(True, "error" if outcome.is_error else "ok", started)
         return outcome
 
     def _hold(self, call: Call) -> None:

@@ -21,7 +21,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 import mcp_types as types
 from mcp.server.mcpserver import Context, Elicit, Image, MCPServer, Resolve
@@ -39,6 +39,16 @@ PIXEL = base64.b64decode(
 
 class Environment(BaseModel):
     environment: str
+
+
+class Booking(BaseModel):
+    seats: int
+    window: bool
+    meal: Literal["vegetarian", "fish", "meat"] = "fish"
+
+
+def ask_booking(ctx: Context) -> Elicit[Booking]:
+    return Elicit("How should the table be booked?", Booking)
 
 
 class Weather(BaseModel):
@@ -143,6 +153,11 @@ def _tools_that_ask_or_wait(server: MCPServer, log: Events) -> None:
         """Deploys a service; asks which environment."""
         log.add(tool="deploy", service=service, environment=target.environment)
         return f"deployed {service} to {target.environment}"
+
+    @server.tool(annotations=READ_ONLY)
+    async def form(booking: Annotated[Booking, Resolve(ask_booking)]) -> str:
+        """Books a table; asks several things at once."""
+        return f"{booking.seats} seats, {'window' if booking.window else 'aisle'}, {booking.meal}"
 
     @server.tool(annotations=READ_ONLY)
     async def wait(seconds: float, ctx: Context) -> str:
