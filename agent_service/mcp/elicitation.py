@@ -183,7 +183,7 @@ def _choices(schema: dict[str, Any]) -> dict[str, str]:
     found: dict[str, str] = {}
     for value in schema.get("enum") or ():
         found[str(value).lower()] = str(value)
-    for option in (schema.get("oneOf") or ()) + (schema.get("anyOf") or ()):
+    for option in [*(schema.get("oneOf") or ()), *(schema.get("anyOf") or ())]:
         if isinstance(option, dict) and "const" in option:
             found[str(option["const"]).lower()] = str(option["const"])
             if option.get("title"):
