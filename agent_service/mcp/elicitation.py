@@ -16,7 +16,7 @@ from typing import Any
 
 import mcp_types as types
 import orjson
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from agent_service.tools.base import UserReply
 
@@ -42,13 +42,12 @@ class Field:
         return str(self.schema.get("title") or self.name)
 
     def describe(self) -> str:
-        kind = _kind(self.schema)
-        parts = [f"{self.name} ({kind}{', required' if self.required else ''})"]
+        text = f"{self.name} ({_kind(self.schema)}{', required' if self.required else ''})"
         if self.schema.get("description"):
-            parts.append(str(self.schema["description"]))
+            text += f": {self.schema['description']}"
         if "default" in self.schema:
-            parts.append(f"default: {self.schema['default']}")
-        return ": ".join(parts[:2]) + (f" [{parts[2]}]" if len(parts) > 2 else "")
+            text += f" [default: {self.schema['default']}]"
+        return text
 
 
 def params_of(data: dict[str, Any]) -> types.ElicitRequestParams:
@@ -200,13 +199,18 @@ def _choice(field: Field, raw: str, allowed: dict[str, str]) -> str:
 
 def _kind(schema: dict[str, Any]) -> str:
     if _choices(schema):
-        return "one of " + ", ".join(sorted(set(_choices(schema).values())))
+        return "one of " + _shown(schema)
     if schema.get("type") == "array":
-        allowed = _choices(schema.get("items") or {})
-        return "any of " + ", ".join(sorted(set(allowed.values()))) + ", comma-separated" if allowed else "a list"
+        items = schema.get("items") or {}
+        return f"any of {_shown(items)}, comma-separated" if _choices(items) else "a list, comma-separated"
     return {"boolean": "yes or no", "integer": "a whole number", "number": "a number"}.get(
         str(schema.get("type")), "text")
 
 
-def problem_of(exc: ValidationError | AnswerDoesNotFit) -> str:
-    return str(exc) if isinstance(exc, AnswerDoesNotFit) else "the answer is not what the server asked for"
+def _shown(schema: dict[str, Any]) -> str:
+    """An enum's options as the user reads them: their titles where they have them."""
+    options = [str(value) for value in schema.get("enum") or ()]
+    for option in [*(schema.get("oneOf") or ()), *(schema.get("anyOf") or ())]:
+        if isinstance(option, dict) and "const" in option:
+            options.append(str(option.get("title") or option["const"]))
+    return ", ".join(sorted(set(options)))

@@ -114,7 +114,7 @@ class Reader:
             artifacts.append(ArtifactData(
                 artifact_id=new_artifact_id(), name=(link.title or link.name or uri)[:255],
                 media_type=(link.mime_type or "text/uri-list")[:255], url=uri,
-                description=(link.description or None) and link.description[:1000],
+                description=link.description[:1000] if link.description else None,
             ))
             receipt += " (shown to the user as a link)"
         return receipt

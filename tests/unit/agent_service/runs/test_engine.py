@@ -19,7 +19,7 @@ from agent_service.runs.state import (
     RunState,
     close_pending_calls,
 )
-from agent_service.tools.base import Tool, ToolContext, ToolError, ToolOutput
+from agent_service.tools.base import InputRequired, Tool, ToolContext, ToolError, ToolOutput, UserReply
 from shared.llm.base import (
     CompletionOptions,
     LLMConnectionError,
@@ -326,3 +326,57 @@ async def test_a_malformed_reply_goes_back_to_the_model_and_a_profile_without_re
     outcome = await _engine(provider).run(_ctx(_profile(tools=["add"])), _state(), rec)
     assert isinstance(outcome, Completed) and not outcome.direct
     assert "unknown tool 'reply'" in next(d for t, d in rec.events if t is EventType.TOOL_END)["error"]
+
+
+class AskingTool(Tool):
+    """Asks the user for a colour mid-call (``InputRequired``), twice when the first answer is no colour."""
+
+    name = "paint"
+    description = "Paints."
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+    timeout_s = 5.0
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        raise InputRequired("Which colour?", {"asked": 1})
+
+    async def resume(self, args: dict[str, Any], state: dict[str, Any], reply: UserReply, ctx: ToolContext) -> Any:
+        if reply.declined:
+            raise ToolError("the user would not say")
+        if reply.text not in ("red", "blue"):
+            raise InputRequired("Red or blue?", {"asked": state["asked"] + 1})
+        return {"painted": reply.text, "asked": state["asked"]}
+
+
+async def test_a_tool_that_asks_mid_call_pauses_the_run_and_goes_on_with_the_answer() -> None:
+    paint = ToolCall(id="c1", name="paint", arguments={})
+    provider = ScriptedProvider([[paint, LLMDone(5, 1)], [TextDelta("Painted."), LLMDone(5, 1)]])
+    engine = ReActEngine(provider, Tools(AskingTool()), AgentMetrics(), ask_user_timeout_s=300)
+    ctx, state, rec = _ctx(_profile(tools=["paint"])), _state(), Recorder()
+
+    first = await engine.run(ctx, state, rec)
+    assert isinstance(first, Paused) and first.question.question == "Which colour?"
+    assert first.question.kind is AskUserKind.QUESTION and first.question.tool == "paint"
+    assert rec.types() == [EventType.TOOL_START], "no end: the call is still under way"
+    saved = RunState.from_json(state.transcript_json(), state.to_json())  # as a paused run is stored
+    assert saved.tool_input == {"call_id": "c1", "state": {"asked": 1}} and saved.pending_calls[0].id == "c1"
+
+    again = await engine.run(ctx, saved, rec, Resume(AskUserKind.QUESTION, "green", approved=False))
+    assert isinstance(again, Paused) and again.question.question == "Red or blue?"
+    done = await engine.run(ctx, saved, rec, Resume(AskUserKind.QUESTION, "blue", approved=False))
+    assert isinstance(done, Completed) and done.answer == "Painted."
+    end = [data for type_, data in rec.events if type_ is EventType.TOOL_END]
+    assert end == [{"call_id": "c1", "tool": "paint", "ok": True, "result": {"painted": "blue", "asked": 2},
+                    "error": None, "duration_ms": end[0]["duration_ms"]}]
+    assert saved.tool_input is None and saved.usage.tool_calls == 1
+
+
+async def test_a_declined_question_is_the_tools_answer() -> None:
+    provider = ScriptedProvider([[ToolCall(id="c1", name="paint", arguments={}), LLMDone(5, 1)],
+                                 [TextDelta("No paint."), LLMDone(5, 1)]])
+    engine = ReActEngine(provider, Tools(AskingTool()), AgentMetrics(), ask_user_timeout_s=300)
+    ctx, state, rec = _ctx(_profile(tools=["paint"])), _state(), Recorder()
+    assert isinstance(await engine.run(ctx, state, rec), Paused)
+    done = await engine.run(ctx, state, rec, Resume(AskUserKind.QUESTION, "", approved=False, declined=True))
+    assert isinstance(done, Completed)
+    [(_, end)] = [(t, d) for t, d in rec.events if t is EventType.TOOL_END]
+    assert end["ok"] is False and end["error"] == "the user would not say"
