@@ -103,11 +103,13 @@ async def chat_stack(
     agent_down: bool = False,
     agent_overrides: dict | None = None,
     a2a: A2AAgentsSettings | None = None,
+    agent_provider: Any = None,
 ) -> AsyncIterator[ChatStack]:
     """The Agent Service and a ConversationService delegating to it, each with its SQLite file.
 
     ``agent_down``: the ConversationService points at a port nobody listens on. ``agent_overrides``:
-    more Agent Service settings. ``a2a``: the A2A agents the chat may delegate to.
+    more Agent Service settings. ``a2a``: the A2A agents the chat may delegate to. ``agent_provider``:
+    the Agent Service's model (the built-in one otherwise).
     """
     if agent_down:
         async with _chat_service(tmp_path, f"http://127.0.0.1:{free_port()}", profile, delegation, a2a) as stack:
@@ -122,7 +124,7 @@ async def chat_stack(
     )
     # A small pause per chunk, so answers stream over several frames as they would from a model.
     agent_app = create_agent_app(
-        agent_settings, provider=BuiltinProvider(first_token_delay=0, chunk_delay=agent_chunk_delay)
+        agent_settings, provider=agent_provider or BuiltinProvider(first_token_delay=0, chunk_delay=agent_chunk_delay)
     )
     async with (
         serve_app(agent_app) as agent_url,
