@@ -28,7 +28,8 @@ import contextvars
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Coroutine
 from enum import StrEnum
 from typing import Any
 
@@ -80,30 +81,43 @@ class Call:
     def __init__(self, tool: str) -> None:
         self.id = uuid.uuid4().hex
         self.tool = tool
-        self.questions: asyncio.Queue[Question] = asyncio.Queue()
         self.task: asyncio.Task[Any] | None = None
         # The question shown to the user while the call is held.
         self.pending: Question | None = None
+        self._questions: deque[Question] = deque()
+        self._woken: asyncio.Future[None] | None = None
+
+    def start(self, work: Coroutine[Any, Any, Any], name: str) -> None:
+        self.task = asyncio.create_task(work, name=name)
+        self.task.add_done_callback(self._wake)
+
+    def ask(self, question: Question) -> None:
+        self._questions.append(question)
+        self._wake()
+
+    def _wake(self, *_: Any) -> None:
+        if self._woken is not None and not self._woken.done():
+            self._woken.set_result(None)
 
     async def next(self, timeout_s: float) -> Any:
         """The call's result (``CallToolResult`` or ``InputRequiredResult``), or a ``Question``;
-        raises what the call raised, or ``TimeoutError``."""
+        raises what the call raised, or ``TimeoutError``. One future per wait, woken by either."""
         assert self.task is not None
-        asked = asyncio.ensure_future(self.questions.get())
-        try:
-            await asyncio.wait({self.task, asked}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not asked.done():
-                asked.cancel()
+        if not self.task.done() and not self._questions:
+            self._woken = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._woken
+            finally:
+                self._woken = None
         if self.task.done():
-            if asked.done() and not asked.cancelled():
-                asked.result().answer.cancel()  # asked as it ended: nobody will answer it
+            for question in self._questions:
+                question.answer.cancel()  # asked as it ended: nobody will answer it
+            self._questions.clear()
             if self.task.cancelled():
                 raise CallDropped
             return self.task.result()
-        if asked.done():
-            return asked.result()
-        raise TimeoutError
+        return self._questions.popleft()
 
     def cancel(self) -> None:
         if self.task is not None and not self.task.done():
@@ -138,6 +152,9 @@ class MCPConnection:
         self._retry_at = 0.0
         self._calls: dict[str, Call] = {}
         self._held: dict[str, Call] = {}
+        # The metrics' children of this server, looked up once (``labels`` locks on every call).
+        self._outcomes: dict[str, Any] = {}
+        self._duration = metrics.duration.labels(server.name)
 
     # -- life -------------------------------------------------------------------------------------
 
@@ -280,13 +297,13 @@ class MCPConnection:
             try:
                 self.breaker.acquire()
             except CircuitOpenError as exc:
-                self.metrics.calls.labels(self.name, "refused").inc()
+                self._count("refused")
                 raise ToolError(
                     f"MCP server {self.name!r} is not answering (several calls failed or timed out); its tools "
                     f"are unavailable for another {exc.retry_after:.0f} s"
                 ) from None
             return client
-        self.metrics.calls.labels(self.name, "refused").inc()
+        self._count("refused")
         if self.state is ServerState.STARTING:
             raise ToolError(f"MCP server {self.name!r} is still starting; its tools are unavailable for now")
         wait = max(0.0, self._retry_at - time.monotonic())
@@ -312,8 +329,9 @@ class MCPConnection:
                 request_state=request_state, allow_input_required=True,
             )
 
-        call.task = asyncio.create_task(send(), name=f"mcp-{self.name}-{tool}")
+        call.start(send(), f"mcp-{self.name}-{tool}")
         self._calls[call.id] = call
+        assert call.task is not None
         call.task.add_done_callback(lambda _: self._calls.pop(call.id, None))
         return await self._await(call, started)
 
@@ -341,7 +359,7 @@ class MCPConnection:
         except asyncio.CancelledError:
             call.cancel()
             self.breaker.release()
-            self.metrics.calls.labels(self.name, "cancelled").inc()
+            self._count("cancelled")
             raise
         except TimeoutError:
             call.cancel()
@@ -370,8 +388,14 @@ class MCPConnection:
             self.breaker.record_success()
         else:
             self.breaker.record_failure()
-        self.metrics.calls.labels(self.name, outcome).inc()
-        self.metrics.duration.labels(self.name).observe(time.perf_counter() - started)
+        self._count(outcome)
+        self._duration.observe(time.perf_counter() - started)
+
+    def _count(self, outcome: str) -> None:
+        child = self._outcomes.get(outcome)
+        if child is None:
+            child = self._outcomes[outcome] = self.metrics.calls.labels(self.name, outcome)
+        child.inc()
 
     def _failed(self, call: Call, exc: BaseException, started: float) -> ToolError:
         """What the model reads of a call that failed; the breaker counts the server's faults only."""
@@ -423,7 +447,7 @@ class MCPConnection:
                         extra={"mcp_server": self.name})
             return types.ElicitResult(action="cancel")
         question = Question(params)
-        call.questions.put_nowait(question)
+        call.ask(question)
         try:
             return await asyncio.wait_for(asyncio.shield(question.answer), self.limits.answer_timeout_s)
         except (TimeoutError, asyncio.CancelledError):

@@ -7,6 +7,9 @@ in the era its first request opens, so the stdio server reads requests without t
 envelope: to it, every client is a 2025-11-25 one.) What its tools saw (a call started, cancelled, finished) is appended as JSON
 lines to ``--events`` so a test can read what reached the server.
 
+As a process of its own over HTTP too (``python -m tests.support.mcp_server http --port P``), for
+the benchmark (``loadtests/bench_mcp.py``).
+
 ``--hostile`` adds what a server must not be able to hurt the agent with: tools whose schemas no
 model provider takes, a result written over its call's answer that is not MCP, and lines on stdout
 that are not JSON-RPC.
@@ -318,13 +321,18 @@ async def _serve_legacy_stdio(server: MCPServer) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("transport", choices=["stdio"])
+    parser.add_argument("transport", choices=["stdio", "http"])
     parser.add_argument("--legacy", action="store_true")
     parser.add_argument("--hostile", action="store_true")
     parser.add_argument("--events", type=Path)
+    parser.add_argument("--port", type=int, default=0, help="http: the port on 127.0.0.1")
     args = parser.parse_args()
     server = build(legacy=args.legacy, events=args.events, hostile=args.hostile)
-    if args.legacy:
+    if args.transport == "http":
+        import uvicorn
+
+        uvicorn.run(http_app(server), host="127.0.0.1", port=args.port, log_level="warning")
+    elif args.legacy:
         import anyio
 
         anyio.run(_serve_legacy_stdio, server)
