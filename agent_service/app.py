@@ -35,6 +35,7 @@ from agent_service.events.live_tail import build_notifier
 from agent_service.events.streaming import EventStreamer, StreamSettings
 from agent_service.hooks.loading import load_hooks
 from agent_service.hooks.runner import HookRunner
+from agent_service.mcp_server.route import MCPRoute
 from agent_service.memory import router as memory_router
 from agent_service.memory.health import MemoryHealth
 from agent_service.memory.recall import LongTermMemory
@@ -103,6 +104,8 @@ class AgentState:
     a2a: A2AParts | None = None
     # The MCP servers whose tools profiles offer (agent_service.mcp.service.MCPTools); None: none configured.
     mcp: Any = None
+    # The agent as an MCP server at /mcp (agent_service.mcp_server.endpoint.MCPEndpoint); None: turned off.
+    mcp_door: Any = None
 
 
 def build_tracing_of(stack: AsyncExitStack, app: FastAPI, config: TracingConfig) -> Tracing | TracingOff:
@@ -310,15 +313,34 @@ async def build_agent(
         StreamSettings(heartbeat_seconds=settings.heartbeat_seconds, retry_ms=settings.sse_retry_ms),
         metrics, stopping=app.state.shutdown.begun,
     )
+    mcp_door = await build_mcp_server(stack, settings, profiles, run_service, session_service, streamer, callers)
     return AgentState(
         settings=settings, metrics=metrics, db_engine=db_engine, profiles=profiles,
         run_manager=manager, lease_keeper=keeper, run_service=run_service, session_service=session_service,
-        streamer=streamer, memory=memory, callers=callers, mcp=mcp,
+        streamer=streamer, memory=memory, callers=callers, mcp=mcp, mcp_door=mcp_door,
         a2a=build_a2a(
             settings, profiles, run_service, session_service, streamer, event_log, sessionmaker,
             stopping=app.state.shutdown.begun,
         ),
     )
+
+
+async def build_mcp_server(
+    stack: AsyncExitStack, settings: AgentServiceSettings, profiles: ProfileStore, run_service: RunService,
+    session_service: SessionService, streamer: EventStreamer, callers: CallerResolver,
+) -> Any:
+    """The agent as an MCP server (``/mcp``), unless turned off; the SDK is imported only then."""
+    if not settings.mcp_server_enabled:
+        return None
+    from agent_service.mcp_server.door import AgentDoor
+    from agent_service.mcp_server.endpoint import build_endpoint
+
+    if settings.mcp_server_profile not in {profile.name for profile in profiles.configured()}:
+        log.warning("AGENT_SERVICE_MCP_SERVER_PROFILE names no profile: ask without a profile is refused",
+                    extra={"profile": settings.mcp_server_profile})
+    door = AgentDoor(profiles=profiles, default_profile=settings.mcp_server_profile, runs=run_service,
+                     sessions=session_service, streamer=streamer)
+    return await build_endpoint(stack, settings, door, callers)
 
 
 def build_a2a(
@@ -360,6 +382,8 @@ def create_app(
     install_error_handlers(app)
     for module in (health, runs_router, sessions_router, profiles_router, memory_router, a2a_router, a2a_jsonrpc):
         app.include_router(module.router)
+    # The agent as an MCP server; not in the OpenAPI document (MCP describes itself: tools/list).
+    app.router.add_route("/mcp", MCPRoute(), methods=["GET", "POST", "DELETE"], include_in_schema=False)
     install_heap_profile(app, settings.debug)  # only with DEBUG_HEAP_PROFILE=1
     # The A2A bindings refuse an oversized body in their own error format.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, render=a2a_jsonrpc.too_large)

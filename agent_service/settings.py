@@ -42,7 +42,7 @@ class AgentOIDCSettings(OIDCSettings):
 
 
 _Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[!-~]+$")]
-_PERMISSIONS = ("runs", "a2a", "memory")
+_PERMISSIONS = ("runs", "a2a", "memory", "mcp")
 
 
 class CallerKeySettings(BaseModel):
@@ -57,7 +57,7 @@ class CallerKeySettings(BaseModel):
     key_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{64}$")]
     kind: Literal["service", "agent"] = "service"
     orgs: Annotated[list[_Name], Field(min_length=1, max_length=1000)] = ["*"]
-    permissions: list[Literal["runs", "a2a", "memory"]] = list(_PERMISSIONS)
+    permissions: list[Literal["runs", "a2a", "memory", "mcp"]] = list(_PERMISSIONS)
 
     @model_validator(mode="after")
     def _any_or_a_list(self) -> CallerKeySettings:
@@ -209,6 +209,14 @@ class AgentServiceSettings(BaseSettings):
     # Bounds on what a server offers: tools taken from it, and the size of one tool's input schema.
     mcp_max_tools_per_server: Annotated[int, Field(ge=1, le=1000)] = 128
     mcp_max_schema_bytes: Annotated[int, Field(ge=256, le=1024 * 1024)] = 32 * 1024
+    # The Agent Service as an MCP server at /mcp (agent_service.mcp_server): the ask tool, behind the
+    # same authentication as the other doors (permission "mcp"); the profile ask uses unless told.
+    mcp_server_enabled: bool = True
+    mcp_server_profile: Annotated[str, Field(min_length=1, max_length=128)] = "default"
+    # Secrets (comma-separated, the first seals) the request state of a question asked through /mcp
+    # at 2026-07-28 is sealed with, so that the answer may reach another replica; unset: a key of
+    # this process only (one replica).
+    mcp_server_state_keys: Annotated[list[str], NoDecode] = []
     log_level: str = "INFO"
     llm: LLMSettings = Field(default_factory=LLMSettings)
     # Limits on model calls per organisation and model (AGENT_SERVICE_RATE_LIMIT_*).
@@ -224,6 +232,13 @@ class AgentServiceSettings(BaseSettings):
     )
     @classmethod
     def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @field_validator("mcp_server_state_keys", mode="before")
+    @classmethod
+    def _split_state_keys(cls, value: object) -> object:
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
         return value

@@ -39,6 +39,8 @@ class Permission(StrEnum):
     A2A = "a2a"
     # list and delete what the agent remembers of a user
     MEMORY = "memory"
+    # the agent as an MCP server (/mcp: the ask tool)
+    MCP = "mcp"
 
 
 ALL_PERMISSIONS = frozenset(Permission)
