@@ -60,7 +60,8 @@ class Answer(BaseModel):
     """The user's reply to a pending ASK_USER; resumes the paused run.
 
     For a question of kind ``approval`` the text is read as a decision: ``approve``/``yes`` runs the
-    tool, anything else refuses it. ``approved`` may be sent instead to say it explicitly.
+    tool, anything else refuses it. ``approved`` may be sent instead to say it explicitly. On a
+    question a tool asked (an MCP server's), ``approved: false`` declines to answer it.
     """
 
     model_config = ConfigDict(extra="forbid")
