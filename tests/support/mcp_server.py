@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 import mcp_types as types
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, Elicit, Image, MCPServer, Resolve
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
@@ -82,8 +84,12 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def build(*, legacy: bool = False, events: Path | None = None, hostile: bool = False) -> MCPServer:
-    server = MCPServer("taskforce-test-server", version="1.0")
+def build(*, legacy: bool = False, events: Path | None = None, hostile: bool = False,
+          auth: tuple[AuthSettings, TokenVerifier] | None = None) -> MCPServer:
+    """The server; with ``auth`` (its settings and token verifier) every request needs a bearer token
+    (OAuth: it names its authorization server in its protected resource metadata)."""
+    settings, verifier = auth if auth is not None else (None, None)
+    server = MCPServer("taskforce-test-server", version="1.0", auth=settings, token_verifier=verifier)
     log = Events(events)
     _plain_tools(server, log)
     _tools_that_ask_or_wait(server, log)

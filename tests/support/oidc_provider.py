@@ -112,6 +112,8 @@ class ProviderConfig:
 
     chat_url: str = "http://127.0.0.1:9"
     ttl: int = 300
+    # More resource servers (indicator -> {"audience", "scope", "ttl"}): an MCP server's, for one.
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     users: dict[str, dict[str, Any]] = field(default_factory=lambda: {
         "alice": {"password": "wonderland", "org": "acme", "name": "Alice Liddell", "permissions": ["chat"]},
         "bob": {"password": "builder", "org": "globex", "name": "Bob Builder"},
@@ -169,6 +171,7 @@ class OpenIDProvider:
             "resources": {
                 CHAT_RESOURCE: {"audience": CHAT_AUDIENCE, "scope": "chat", "ttl": self.config.ttl},
                 AGENT_RESOURCE: {"audience": AGENT_AUDIENCE, "scope": "agent", "ttl": 300},
+                **self.config.resources,
             },
             "default_resource": {**{c.client_id: CHAT_RESOURCE for c in (CHAT_CLIENT, RS_TESTER, ES_TESTER)},
                                  AGENT_UI.client_id: AGENT_RESOURCE},
