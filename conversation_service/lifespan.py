@@ -52,7 +52,6 @@ from conversation_service.realtime.seq import InProcessSeqAllocator, RedisSeqAll
 from conversation_service.realtime.writer import FrameWriter
 from conversation_service.replies.ender import ReplyEnder
 from conversation_service.reply_control.service import ReplyControl
-from shared.breaker import BreakerState, CircuitBreaker
 from conversation_service.resilience.breaker_metrics import A2AAgentBreakersCollector, BreakerCollector
 from conversation_service.resilience.health import AgentHealthMonitor
 from conversation_service.routing.router import MessageRouter
@@ -61,6 +60,7 @@ from conversation_service.tasks import TaskSupervisor, every
 from conversation_service.turns.admission import turn_admission
 from conversation_service.turns.leases import TurnLeases
 from conversation_service.turns.observe import TurnObserver
+from shared.breaker import BreakerState, CircuitBreaker
 from shared.db import create_engine, create_lease_engine, create_sessionmaker
 from shared.fastpath.aiohttp_transport import AiohttpTransport
 from shared.http_metrics import install_http_metrics

@@ -56,11 +56,11 @@ from conversation_service.realtime.frames import MessageCreated, Notice, TurnPro
 from conversation_service.realtime.publisher import FramePublisher
 from conversation_service.replies.endings import Failed
 from conversation_service.replies.policy import Action, action_for, failure_reason, says_agent_unhealthy
-from shared.breaker import CircuitOpenError
 from conversation_service.settings.delegation import DelegationSettings
 from conversation_service.settings.routing import FALLBACK_NOTICE
 from conversation_service.tasks import TaskSupervisor
 from conversation_service.turns.leases import TurnLeases, TurnLeftRunning
+from shared.breaker import CircuitOpenError
 from shared.fastpath.deferred import DeferredWrite
 from shared.logging import conversation_id_var, session_id_var
 from shared.protocol import Answer, ExecuteRequest, UserContext

@@ -15,8 +15,8 @@ from conversation_service.a2a_agents.target import A2ATarget
 from conversation_service.agent_client import AgentServiceClient
 from conversation_service.agent_client.errors import AgentConflictError, AgentStreamError
 from conversation_service.db.models import ConversationAgentSession
-from shared.breaker import CircuitBreaker
 from conversation_service.settings.a2a_agents import A2AAgentsSettings
+from shared.breaker import CircuitBreaker
 from shared.protocol import ExecuteRequest
 
 # Marks "no open session": distinct from an open session with the Agent Service (None).

@@ -21,9 +21,9 @@ from conversation_service.db.models import (
     TurnKind,
     TurnStatus,
 )
-from shared.breaker import BreakerState
 from conversation_service.settings.a2a_agents import A2AAgentConfig, A2AAgentsSettings
 from conversation_service.settings.routing import FALLBACK_NOTICE
+from shared.breaker import BreakerState
 from shared.transactions import transaction
 from tests.integration.conversation_service.support import (
     FollowedTask,

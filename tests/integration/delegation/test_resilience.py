@@ -20,8 +20,8 @@ from conversation_service.agent_client import (
     AgentRequestTimeoutError,
 )
 from conversation_service.db.models import DeadLetter, Message
-from shared.breaker import BreakerState
 from conversation_service.settings.routing import FALLBACK_NOTICE
+from shared.breaker import BreakerState
 from shared.transactions import transaction
 from tests.integration.conversation_service.support import connect
 from tests.integration.delegation.fake_agent import (

@@ -11,7 +11,6 @@ from typing import Any
 
 import httpx
 import jwt
-import pytest
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 

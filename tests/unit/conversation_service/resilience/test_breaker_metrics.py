@@ -5,8 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.breaker import BreakerState, CircuitBreaker
 from conversation_service.resilience.breaker_metrics import A2AAgentBreakersCollector, BreakerCollector
+from shared.breaker import BreakerState, CircuitBreaker
 
 
 def _scrape(registry: CollectorRegistry) -> dict[str, float]:
