@@ -11,7 +11,9 @@ the tool's error. A question of the agent (ASK_USER) becomes the client's to ask
   database, so the client's retry (its answer, and the request state the SDK seals) may reach any
   replica, which answers the session and follows the run on;
 - 2025-11-25: the server sends the elicitation within the call and waits for it, so the answer
-  comes back to this process, within the question's lifetime.
+  comes back to this process, within the question's lifetime;
+- a client that cannot be asked (no ``elicitation`` capability) gets the question as the result,
+  with its session: the next ``ask`` on that session is the answer.
 
 A call the client cancels (``notifications/cancelled``, or at 2026-07-28 a closed stream) cancels
 its run.
@@ -35,11 +37,20 @@ from agent_service.profiles.service import ProfileStore
 from agent_service.runs.schemas import RunHandle
 from agent_service.runs.service import RunService
 from agent_service.sessions.service import SessionService
-from shared.protocol import Answer, AskUserKind, EventEnvelope, EventType, ExecuteRequest, UserContext
+from shared.protocol import (
+    Answer,
+    AskUserKind,
+    EventEnvelope,
+    EventType,
+    ExecuteRequest,
+    SessionStatus,
+    UserContext,
+)
 
 log = logging.getLogger(__name__)
 
 TOOL = "ask"
+_YES = frozenset({"yes", "y", "approve", "approved", "ok", "allow"})
 _QUESTION_KEY = "question"
 _TEXT_ANSWER = {"type": "object", "required": ["answer"],
                 "properties": {"answer": {"type": "string", "title": "Your answer"}}}
@@ -105,23 +116,33 @@ class AgentDoor:
             if params.request_state and params.input_responses:
                 request = self._answer_of(params, profile, arguments, caller)
             else:
-                request = self._message_of(arguments, profile, caller)
+                request = await self._message_of(arguments, profile, caller)
             return await self._follow(ctx, request, caller)
         except AgentServiceError as exc:
             return _error(f"{exc.error}: {exc.detail}")
         except RunFailed as exc:
             return _error(exc.text)
 
-    def _message_of(self, arguments: dict[str, Any], profile: str, caller: Caller) -> ExecuteRequest:
+    async def _message_of(self, arguments: dict[str, Any], profile: str, caller: Caller) -> ExecuteRequest:
+        """A new message, or, to a session that waits for its question's answer, that answer."""
         message = arguments.get("message")
         if not isinstance(message, str) or not message.strip():
             raise RunFailed("message (a non-empty string) is required")
         user_id = arguments.get("user_id")
         requested = UserContext(user_id=str(user_id), org_id=arguments.get("org_id")) if user_id else None
-        return ExecuteRequest(
+        request = ExecuteRequest(
             session_id=arguments.get("session_id") or None, profile_name=profile, message=message,
             user_context=caller.acting_for(requested),
         )
+        if request.session_id is not None:
+            status = await self._sessions.status(request.session_id, caller)
+            question = status.pending_question
+            if status.status is SessionStatus.AWAITING_USER and question is not None:
+                approved = question.kind is AskUserKind.APPROVAL and message.strip().lower() in _YES
+                answer = Answer(question_id=question.question_id, text=message,
+                                approved=approved if question.kind is AskUserKind.APPROVAL else None)
+                return request.model_copy(update={"message": "", "answer": answer})
+        return request
 
     def _answer_of(
         self, params: types.CallToolRequestParams, profile: str, arguments: dict[str, Any], caller: Caller,
@@ -150,6 +171,9 @@ class AgentDoor:
             if end.type is EventType.ERROR:
                 return _error(f"the agent's run failed ({end.data.get('code')}): {end.data.get('message')}")
             question = {"session_id": end.session_id, **end.data}
+            capabilities = ctx.session.client_capabilities
+            if capabilities is None or capabilities.elicitation is None:
+                return _asked(question)
             if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
                 return _input_required(question)
             reply = await ctx.session.elicit_form(
@@ -230,6 +254,17 @@ def _input_required(question: dict[str, Any]) -> types.InputRequiredResult:
         input_requests={_QUESTION_KEY: types.ElicitRequest(params=types.ElicitRequestFormParams(
             message=text, requested_schema=_schema_of(question)))},
         request_state=orjson.dumps(state).decode(),
+    )
+
+
+def _asked(question: dict[str, Any]) -> types.CallToolResult:
+    """The question as the result, for a client that cannot ask its user: it answers with ask."""
+    how = "yes or no" if question.get("kind") == AskUserKind.APPROVAL.value else "the answer"
+    text = (f"The agent asks: {question['question']}\nAnswer with ask again: session_id "
+            f"{question['session_id']}, message {how}.")
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content={key: question.get(key) for key in ("question", "session_id", "kind", "tool", "args")},
     )
 
 

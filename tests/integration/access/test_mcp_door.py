@@ -274,3 +274,17 @@ async def test_an_mcp_session_and_a_questions_state_belong_to_their_caller(door:
         done = await chat.session.call_tool("ask", {"message": "plan a trip", **ALICE}, input_responses=answer,
                                             request_state=asked.request_state, allow_input_required=True)
     assert isinstance(done, types.CallToolResult) and "Lisbon" in _text(done)
+
+
+@pytest.mark.parametrize("mode", REVISIONS)
+async def test_a_client_that_cannot_ask_gets_the_question_and_answers_with_ask(door: Door, mode: str) -> None:
+    async with httpx2.AsyncClient(headers=door.headers["chat"], timeout=30) as http, Client(
+        streamable_http_client(f"{door.url}/mcp", http_client=http), mode=mode, cache=None,
+    ) as client:  # no elicitation callback: no elicitation capability
+        asked = await client.call_tool("ask", {"message": "plan a trip", **ALICE})
+        question = asked.structured_content
+        assert not asked.is_error and question["question"] == "Where would you like to go, and for how many days?"
+        assert f"session_id {question['session_id']}" in _text(asked)
+        done = await client.call_tool("ask", {"message": "Lisbon for 3 days", "session_id": question["session_id"],
+                                              **ALICE})
+    assert not done.is_error and "Lisbon" in _text(done)
