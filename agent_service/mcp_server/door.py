@@ -10,13 +10,12 @@ the tool's error. A question of the agent (ASK_USER) becomes the client's to ask
 - 2026-07-28: the call answers ``input_required`` with an elicitation; the paused run waits in the
   database, so the client's retry (its answer, and the request state the SDK seals) may reach any
   replica, which answers the session and follows the run on;
-- 2025-11-25: the server sends the elicitation within the call and waits for it, so the answer
-  comes back to this process, within the question's lifetime;
-- a client that cannot be asked (no ``elicitation`` capability) gets the question as the result,
-  with its session: the next ``ask`` on that session is the answer.
+- 2025-11-25, or a client that cannot be asked (no ``elicitation`` capability): the question is the
+  result, with its session, and the next ``ask`` on that session is the answer. (An elicitation
+  within the call would need the client to come back to the process holding the call, which a
+  load balancer or ``--workers`` does not promise: the door serves 2025-11-25 without sessions.)
 
-A call the client cancels (``notifications/cancelled``, or at 2026-07-28 a closed stream) cancels
-its run.
+A call the client cancels at 2026-07-28 (its stream closed) cancels its run.
 """
 
 from __future__ import annotations
@@ -162,25 +161,18 @@ class AgentDoor:
     async def _follow(
         self, ctx: ServerRequestContext[Any], request: ExecuteRequest, caller: Caller,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """Run until the end, asking the client's user each question on the way (2025-11-25)."""
-        while True:
-            handle = await self._runs.execute(request, None, caller)
-            end, artifacts = await self._watch(ctx, handle, caller)
-            if end.type is EventType.COMPLETE:
-                return _complete(end, artifacts)
-            if end.type is EventType.ERROR:
-                return _error(f"the agent's run failed ({end.data.get('code')}): {end.data.get('message')}")
-            question = {"session_id": end.session_id, **end.data}
-            capabilities = ctx.session.client_capabilities
-            if capabilities is None or capabilities.elicitation is None:
-                return _asked(question)
-            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                return _input_required(question)
-            reply = await ctx.session.elicit_form(
-                end.data["question"], _schema_of(question), related_request_id=ctx.request_id,
-            )
-            request = request.model_copy(update={"session_id": end.session_id, "message": "",
-                                                 "answer": _answer(question, reply)})
+        """Run until the end or the agent's question, which the client asks its user."""
+        handle = await self._runs.execute(request, None, caller)
+        end, artifacts = await self._watch(ctx, handle, caller)
+        if end.type is EventType.COMPLETE:
+            return _complete(end, artifacts)
+        if end.type is EventType.ERROR:
+            return _error(f"the agent's run failed ({end.data.get('code')}): {end.data.get('message')}")
+        question = {"session_id": end.session_id, **end.data}
+        capabilities = ctx.session.client_capabilities
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and capabilities is not None and capabilities.elicitation:
+            return _input_required(question)
+        return _asked(question)
 
     async def _watch(
         self, ctx: ServerRequestContext[Any], handle: RunHandle, caller: Caller,
@@ -258,7 +250,7 @@ def _input_required(question: dict[str, Any]) -> types.InputRequiredResult:
 
 
 def _asked(question: dict[str, Any]) -> types.CallToolResult:
-    """The question as the result, for a client that cannot ask its user: it answers with ask."""
+    """The question as the result: the client answers with ask on the session."""
     how = "yes or no" if question.get("kind") == AskUserKind.APPROVAL.value else "the answer"
     text = (f"The agent asks: {question['question']}\nAnswer with ask again: session_id "
             f"{question['session_id']}, message {how}.")

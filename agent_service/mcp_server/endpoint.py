@@ -3,10 +3,10 @@
 Every request is authenticated as every other door's is (``X-API-Key`` or an access token, resolved
 to a ``Caller`` by the service's ``CallerResolver``) and needs the ``mcp`` permission; a request
 that fails is answered in the service's own error format (401, 403) before the SDK reads it. The
-caller is handed to the SDK as its authenticated user, which binds an MCP session (2025-11-25) to
-the caller that opened it (another credential is told the session does not exist) and the request
-state of a 2026-07-28 question to the caller it was asked of; and to the ``ask`` tool, which acts
-for it (``access``: whom it may act for, who owns what it starts).
+caller is handed to the SDK as its authenticated user, which binds the request state of a
+2026-07-28 question to the caller it was asked of; and to the ``ask`` tool, which acts for it
+(``access``: whom it may act for, who owns what it starts). The transport keeps no MCP sessions
+(2025-11-25 clients too are served request by request): any replica or worker answers any request.
 """
 
 from __future__ import annotations
@@ -83,6 +83,6 @@ async def build_endpoint(
     stack: AsyncExitStack, settings: AgentServiceSettings, door: AgentDoor, resolver: CallerResolver,
 ) -> MCPEndpoint:
     """The door's SDK server and its session manager, running until the service stops."""
-    manager = StreamableHTTPSessionManager(app=_server(door, settings), json_response=False, stateless=False)
+    manager = StreamableHTTPSessionManager(app=_server(door, settings), json_response=False, stateless=True)
     await stack.enter_async_context(manager.run())
     return MCPEndpoint(resolver, manager)
