@@ -53,7 +53,7 @@ def test_callers_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENT_SERVICE_CALLERS", f'[{{"name": "chat", "key_sha256": "{digest}", "orgs": ["acme"]}}]')
     monkeypatch.setenv("AGENT_SERVICE_AUTH_SERVICE_CLIENTS", "chat-backend, reports")
     settings = AgentServiceSettings()
-    assert settings.callers[0].kind == "service" and settings.callers[0].permissions == ["runs", "a2a", "memory"]
+    assert settings.callers[0].kind == "service" and settings.callers[0].permissions == ["runs", "a2a", "memory", "mcp"]
     assert settings.auth_service_clients == ["chat-backend", "reports"]
     for wrong in ('[{"name": "x", "key_sha256": "abc"}]', f'[{{"name": "x", "key_sha256": "{digest}", "orgs": ["*", "a"]}}]',
                   f'[{{"name": "x", "key_sha256": "{digest}", "permissions": ["root"]}}]'):
