@@ -16,6 +16,11 @@ the Agent Service pointed at it (``LLM_PROVIDER=openai``). Then:
 4. memory: a second Agent Service behind a slow model (each run streams for ~10 s) holds
    ``--memory-runs`` runs active at once; RSS after minus RSS before, divided by the run count.
 
+``--speeds 50,500,2000 [--coalesce-ms 0,25]`` runs, instead of those phases, the cost per token
+(``common.speed_matrix``): at each model speed, an Agent Service per ``STREAM_COALESCE_MS`` value and
+the bare relay take turns streaming the same paced, stamped replies; per cell the CPU per 1,000
+tokens delivered, the added latency per token (model stamp -> client) and the first token's.
+
 Overhead percentiles come from the service's histogram (interpolated inside its buckets, like
 PromQL's ``histogram_quantile``); event rates and durations from the client's own clock.
 """
@@ -41,6 +46,7 @@ from loadtests.common import (
     AGENT_KEY,
     POSTGRES_ADMIN_URL,
     REPO_ROOT,
+    add_speed_options,
     agent_process,
     databases,
     fake_llm,
@@ -48,6 +54,7 @@ from loadtests.common import (
     machine,
     running,
     scrape,
+    speed_matrix,
     summarize_seconds,
     verdict,
     work_dir,
@@ -280,6 +287,8 @@ async def memory_phase(
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.speeds:
+        return {"benchmark": "agent_service_per_token", **await speed_matrix(args, "agent")}
     root = work_dir("bench-agent")
     results: dict[str, Any] = {
         "benchmark": "agent_service", "machine": machine(), "database": args.db,
@@ -352,7 +361,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--tokens", type=int, default=200)
-    parser.add_argument("--ttft-ms", type=float, default=0.0, help="the model's time to first token")
+    parser.add_argument("--ttft-ms", type=float, default=None,
+                        help="the model's time to first token (default 0, with --speeds 200)")
     parser.add_argument("--token-delay-ms", type=float, default=0.0,
                         help="pace of the model in phases 1 to 3 (the issue asks for 0: as fast as it can)")
     parser.add_argument("--tool-steps", type=int, default=0,
@@ -372,9 +382,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "(its RSS figures then include tracemalloc's own)")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--out", type=Path, default=None)
+    add_speed_options(parser)
     args = parser.parse_args(argv)
+    if args.ttft_ms is None:
+        args.ttft_ms = 200.0 if args.speeds else 0.0
     if args.tool_steps < 0:
         parser.error("--tool-steps must not be negative")
+    if args.out is None and args.speeds:
+        args.out = REPO_ROOT / "loadtests" / "results" / f"bench_agent-{args.db}-speeds.json"
     if args.out is None:
         paced = f"-delay{args.token_delay_ms:g}ms" if args.token_delay_ms else ""
         args.out = REPO_ROOT / "loadtests" / "results" / f"bench_agent-{args.db}{paced}.json"

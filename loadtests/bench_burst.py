@@ -10,7 +10,7 @@ every token at once; each token's text is the time it was sent), the Agent Servi
 (``capacity_client``, in ``--clients`` processes): ``agent`` posts N executes and reads each SSE
 stream to its end; ``chat`` opens N conversations with their WebSockets first, then posts an
 ``/agent`` message to each and reads each reply to its end. Between rounds the Agent Service is left
-to finish (``bench_capacity.settle``).
+to finish (``common.settle``).
 
 Per round it prints: the streams that completed; what ended the others, by kind (an HTTP status, a
 503 with or without Retry-After, an ERROR event's code, no end in time); the time to each stream's
@@ -36,8 +36,7 @@ from typing import Any
 
 import httpx
 
-from loadtests.bench_capacity import Clients, settle, split
-from loadtests.capacity_client import LevelSpec, Share
+from loadtests.capacity_client import Clients, LevelSpec, Share, split
 from loadtests.common import (
     AGENT_KEY,
     JWT_SECRET,
@@ -45,6 +44,7 @@ from loadtests.common import (
     machine,
     percentile,
     running_product,
+    settle,
     work_dir,
     write_results,
 )

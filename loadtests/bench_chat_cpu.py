@@ -17,6 +17,13 @@ per phase, ``--gil``: only what holds the interpreter, so idle waits do not coun
 as text.
 
 Target: at most 1 CPU second per 10,000 agent events.
+
+``--speeds 50,500,2000 [--coalesce-ms 0,25]`` runs, instead, the cost per token
+(``common.speed_matrix``): at each model speed, a ConversationService and its Agent Service per
+``STREAM_COALESCE_MS`` value and the bare relay take turns streaming the same paced, stamped replies
+(``/agent`` messages read on the conversation's WebSocket); per cell each service's CPU per 1,000
+tokens delivered, the added latency per token (model stamp -> the browser's socket) and the first
+token's.
 """
 
 from __future__ import annotations
@@ -36,10 +43,12 @@ from loadtests.bench_chat import Conversation, Turn
 from loadtests.common import (
     REPO_ROOT,
     Process,
+    add_speed_options,
     histogram_delta,
     machine,
     running_product,
     scrape,
+    speed_matrix,
     work_dir,
     write_results,
 )
@@ -96,6 +105,8 @@ async def _phase(
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.speeds:
+        return {"benchmark": "conversation_service_per_token", **await speed_matrix(args, "chat")}
     root = work_dir("bench-chat-cpu")
     results: dict[str, Any] = {
         "benchmark": "conversation_service_cpu", "machine": machine(), "database": args.db,
@@ -143,9 +154,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--profile", type=Path, default=None, help="directory for py-spy raw profiles")
     parser.add_argument("--out", type=Path, default=None)
+    add_speed_options(parser)
     args = parser.parse_args(argv)
     if args.out is None:
-        args.out = REPO_ROOT / "loadtests" / "results" / f"bench_chat_cpu-{args.db}.json"
+        speeds = "-speeds" if args.speeds else ""
+        args.out = REPO_ROOT / "loadtests" / "results" / f"bench_chat_cpu-{args.db}{speeds}.json"
     return args
 
 

@@ -8,6 +8,10 @@ stream and writes each token to its client as one SSE event and does nothing els
 streams at once, ``--rounds`` times; the relay's CPU seconds (user + system) per 10,000 events its
 clients received. Compare with ``bench_agent --cpu-runs`` on the same pace: the difference is what
 the Agent Service's own work costs (the event log, envelopes, runs, the database).
+
+``--speeds 50,500,2000`` measures the relay per token instead (``common.speed_matrix`` with the
+relay alone): at each model speed, its CPU per 1,000 tokens and the added latency per token (model
+stamp -> client). ``bench_agent`` and ``bench_chat_cpu`` run the relay beside the services the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +26,16 @@ from typing import Any
 import httpx
 import psutil
 
-from loadtests.common import Process, fake_llm, machine, running, work_dir, write_results
+from loadtests.common import (
+    Process,
+    add_speed_options,
+    fake_llm,
+    machine,
+    running,
+    speed_matrix,
+    work_dir,
+    write_results,
+)
 from shared.sse import SSEDecoder
 
 
@@ -73,12 +86,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--ttft-ms", type=float, default=200.0)
     parser.add_argument("--token-delay-ms", type=float, default=20.0)
-    parser.add_argument("--out", type=Path, default=Path("loadtests/results/floor.json"))
-    return parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, default=None)
+    add_speed_options(parser, coalesce_default=None)
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = Path("loadtests/results/floor-speeds.json" if args.speeds else "loadtests/results/floor.json")
+    if args.speeds and not args.floor:
+        parser.error("--no-floor leaves nothing to measure here")
+    return args
 
 
 if __name__ == "__main__":
     arguments = parse_args()
+    if arguments.speeds:
+        write_results(arguments.out, {"benchmark": "floor_per_token", **asyncio.run(speed_matrix(arguments, None))})
+        sys.exit(0)
     results = asyncio.run(main(arguments))
     for key in ("events", "wall_s", "cpu_s", "cpu_s_per_10k_events", "cpu_us_per_event"):
         print(f"  {key}: {results[key]}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import multiprocessing
 import os
 import re
 import time
@@ -29,6 +30,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import orjson
+import psutil
 
 STAMP = re.compile(rb"t(\d{9,11}\.\d{6})")
 AGENT_BODY = {"profile_name": "default", "message": "Tell me something.",
@@ -44,6 +46,8 @@ class Share:
     completed: int = 0
     events: int = 0  # agent: SSE events; chat: WebSocket frames
     latencies: array = field(default_factory=lambda: array("d"))  # per token, seconds
+    first_token: array = field(default_factory=lambda: array("d"))  # the latency of each stream's first token
+    model_rates: array = field(default_factory=lambda: array("d"))  # per stream: tokens/s between its stamps
     first_answer: array = field(default_factory=lambda: array("d"))  # request sent -> first answer text
     first_event: array = field(default_factory=lambda: array("d"))  # request sent -> first event or frame
     # time.time() of every event or frame read and of every answer that ended a stream (a 503 too)
@@ -56,6 +60,8 @@ class Share:
         self.completed += other.completed
         self.events += other.events
         self.latencies.extend(other.latencies)
+        self.first_token.extend(other.first_token)
+        self.model_rates.extend(other.model_rates)
         self.first_answer.extend(other.first_answer)
         self.first_event.extend(other.first_event)
         self.activity.extend(other.activity)
@@ -76,6 +82,7 @@ class _Stream(asyncio.Protocol, ABC):
         self.first = False
         self.first_seen = False
         self.stamps = 0
+        self.first_stamp = self.last_stamp = 0.0
         self.counting = False
         loop = asyncio.get_running_loop()
         self.connected = loop.create_future()
@@ -96,6 +103,8 @@ class _Stream(asyncio.Protocol, ABC):
             error = f"{self.stamps} of {self.tokens} stamped tokens arrived"
         if error is None:
             self.share.completed += 1
+            if self.stamps > 1 and self.last_stamp > self.first_stamp:
+                self.share.model_rates.append((self.stamps - 1) / (self.last_stamp - self.first_stamp))
         else:
             self.share.errors[error] += 1
         self.done.set_result(None)
@@ -126,8 +135,13 @@ class _Stream(asyncio.Protocol, ABC):
         if not self.first:
             self.first = True
             self.share.first_answer.append(now - self.sent_at)
-        for stamp in STAMP.findall(text):
-            self.share.latencies.append(now - float(stamp))
+        for raw in STAMP.findall(text):
+            stamp = float(raw)
+            self.share.latencies.append(now - stamp)
+            if not self.stamps:
+                self.first_stamp = stamp
+                self.share.first_token.append(now - stamp)
+            self.last_stamp = stamp
             self.stamps += 1
 
     def data_received(self, data: bytes) -> None:
@@ -456,3 +470,60 @@ def worker(conn) -> None:
             conn.send(("failed", f"{type(exc).__name__}: {exc}"))
             continue
         conn.send(share)
+
+
+class Clients:
+    """``count`` client processes, kept for a whole benchmark; a level's streams are split over them."""
+
+    def __init__(self, count: int) -> None:
+        ctx = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited event loop
+        self.pipes = []
+        self.procs = []
+        for _ in range(count):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=worker, args=(child,), daemon=True)
+            proc.start()
+            self.pipes.append(parent)
+            self.procs.append(proc)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the client processes (they start no children)."""
+        return sum(sum(psutil.Process(p.pid).cpu_times()[:2]) for p in self.procs)
+
+    async def _recv(self, pipe) -> Any:
+        answer = await asyncio.to_thread(pipe.recv)
+        if isinstance(answer, tuple) and answer[0] == "failed":
+            raise RuntimeError(f"a client process failed: {answer[1]}")
+        return answer
+
+    async def run(self, specs: list[LevelSpec], between) -> Share:
+        """Send each process its spec, wait until all are set up, call ``between()``, start them
+        all, collect and merge their shares."""
+        used = [(pipe, spec) for pipe, spec in zip(self.pipes, specs, strict=True) if spec.streams]
+        for pipe, spec in used:
+            pipe.send(spec)
+        answers = await asyncio.gather(*(self._recv(pipe) for pipe, _ in used), return_exceptions=True)
+        failures = [a for a in answers if isinstance(a, BaseException)]
+        if failures:
+            for (pipe, _), answer in zip(used, answers, strict=True):
+                if not isinstance(answer, BaseException):
+                    pipe.send("abort")  # its run_level raises on anything but "go"
+                    await asyncio.to_thread(pipe.recv)
+            raise failures[0]
+        between()
+        for pipe, _ in used:
+            pipe.send("go")
+        merged = Share()
+        for share in await asyncio.gather(*(self._recv(pipe) for pipe, _ in used)):
+            merged.merge(share)
+        return merged
+
+    def close(self) -> None:
+        for pipe in self.pipes:
+            pipe.send(None)
+        for proc in self.procs:
+            proc.join(10)
+
+
+def split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]

@@ -182,11 +182,12 @@ def agent_process(
 
 def conversation_process(
     log_dir: Path, llm: Process, agent: Process, database_url: str, log_level: str, workers: int = 1,
-    redis_url: str | None = None,
+    redis_url: str | None = None, name: str = "conversation_service", extra_env: dict[str, str] | None = None,
 ) -> Process:
     return Process(
-        "conversation_service", ["-m", "conversation_service", *workers_args(workers)],
+        name, ["-m", "conversation_service", *workers_args(workers)],
         {
+            **(extra_env or {}),
             **({"REDIS_URL": redis_url} if redis_url else {}),
             **llm_env(llm),
             "CONVERSATION_DATABASE_URL": database_url,
@@ -262,6 +263,7 @@ async def fresh_redis_db() -> int:
         try:
             if await client.dbsize() == 0:
                 await client.flushdb()
+                await client.set("loadtests:taken", 1)  # not empty now: the next caller takes another
                 return db
         finally:
             await client.aclose()
@@ -294,27 +296,37 @@ class Product:
 @asynccontextmanager
 async def running_product(
     args: argparse.Namespace, root: Path, *, chat: bool = True, workers: int = 1, stamp: bool = False,
-    agent_env: dict[str, str] | None = None,
+    agent_env: dict[str, str] | None = None, service_env: dict[str, str] | None = None,
+    llm: Process | None = None, suffix: str = "",
 ) -> AsyncIterator[Product]:
     """The fake model, the Agent Service and (``chat``) the ConversationService on fresh databases.
 
     ``args`` holds the benchmarks' common options: ``db``, the model's pace (``tokens``,
     ``ttft_ms``, ``token_delay_ms``) and the services' ``log_level``. Each service runs ``workers``
     processes; with more than one, the ConversationService's workers share a fresh Redis database,
-    flushed afterwards. ``stamp``: see ``fake_llm``; ``agent_env``: more Agent Service settings.
-    Everything is stopped and dropped on exit.
+    flushed afterwards. ``stamp``: see ``fake_llm``; ``agent_env``: more Agent Service settings;
+    ``service_env``: settings of both services. ``llm``: a fake model already running, shared with
+    other products (``suffix`` then tells their databases and logs apart). Everything started here
+    is stopped and dropped on exit.
     """
     redis_db = await fresh_redis_db() if chat and workers > 1 else None
     redis_url = None if redis_db is None else f"{REDIS_BASE}/{redis_db}"
+    names = [f"agent{suffix}", f"chat{suffix}"] if chat else [f"agent{suffix}"]
     try:
-        async with databases(args.db, ["agent", "chat"] if chat else ["agent"], root) as urls:
-            llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms,
-                           stamp=stamp)
-            agent = agent_process(root, llm, urls["agent"], args.log_level, workers=workers, extra_env=agent_env)
-            processes, chat_service = [llm, agent], None
+        async with databases(args.db, names, root) as urls:
+            processes = []
+            if llm is None:
+                llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms,
+                               stamp=stamp)
+                processes.append(llm)
+            agent = agent_process(root, llm, urls[f"agent{suffix}"], args.log_level, name=f"agent_service{suffix}",
+                                  workers=workers, extra_env={**(service_env or {}), **(agent_env or {})})
+            processes.append(agent)
+            chat_service = None
             if chat:
                 chat_service = conversation_process(
-                    root, llm, agent, urls["chat"], args.log_level, workers=workers, redis_url=redis_url)
+                    root, llm, agent, urls[f"chat{suffix}"], args.log_level, workers=workers, redis_url=redis_url,
+                    name=f"conversation_service{suffix}", extra_env=service_env)
                 processes.append(chat_service)
             async with running(*processes):
                 yield Product(llm, agent, chat_service, redis_url)
@@ -487,3 +499,341 @@ def verdict(value: float | None, limit: float) -> str:
     if value is None:
         return "no data"
     return "MET" if value <= limit else "MISSED"
+
+
+# --- tokens: model speeds, coalescing, cost per 1,000 tokens -----------------------------------
+#
+# A stream's cost is counted per token the client received, whatever the events that carried
+# them: with STREAM_COALESCE_MS a chunk holds every token that arrived within the budget. The fake
+# model stamps each token with the time it sent it (``--stamp``); the clients (``capacity_client``)
+# time each token from that stamp to its arrival, and read the model's real pace from the stamps.
+
+COALESCE_SETTING = "STREAM_COALESCE_MS"  # read by both services from the environment at start
+
+
+def number_list(text: str) -> list[float]:
+    """``"50,500,2000"`` -> ``[50.0, 500.0, 2000.0]`` (an argparse type: numbers >= 0)."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"numbers separated by commas: {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"numbers >= 0 separated by commas: {text!r}")
+    return values
+
+
+def add_speed_options(parser: argparse.ArgumentParser, *, coalesce_default: str | None = "0,25") -> None:
+    """The options of a run over model speeds, each with coalescing off and on and the bare relay."""
+    group = parser.add_argument_group("model speeds: CPU per 1,000 tokens and the added latency per token")
+    group.add_argument("--speeds", type=number_list, default=None,
+                       help="model tokens/s per stream, e.g. 50,500,2000 (20, 2, 0.5 ms a token)")
+    group.add_argument("--coalesce-ms", type=number_list,
+                       default=None if coalesce_default is None else number_list(coalesce_default),
+                       help=f"{COALESCE_SETTING} values, e.g. 0,25 (0: one event per delta); one service process "
+                            "(and chat) per value, all running together")
+    group.add_argument("--stream-s", type=float, default=4.0,
+                       help="how long each stream lasts at the model's pace: speed x this many tokens")
+    group.add_argument("--load", type=float, default=2000.0,
+                       help="model tokens/s of all the streams of a cell together: max(1, round(load / speed)) "
+                            "streams")
+    group.add_argument("--cell-rounds", type=int, default=3,
+                       help="each cell runs this many times; the cells alternate within each speed")
+    group.add_argument("--no-floor", dest="floor", action="store_false",
+                       help="leave out the bare relay (loadtests.floor_relay), which forwards every delta")
+    group.add_argument("--clients", type=int, default=2, help="client processes the streams are spread over")
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The fake model's reply: ``tokens`` tokens at ``speed`` tokens/s after ``ttft_ms``."""
+
+    speed: float
+    tokens: int
+    ttft_ms: float
+
+    @property
+    def delay_ms(self) -> float:
+        return 1000 / self.speed
+
+    @property
+    def seconds(self) -> float:
+        return self.ttft_ms / 1000 + self.tokens / self.speed
+
+
+def streams_for(speed: float, load: float) -> int:
+    """Streams that together ask ``load`` tokens/s of a model streaming ``speed`` tokens/s each."""
+    return max(1, round(load / speed))
+
+
+async def set_pace(http: httpx.AsyncClient, llm: Process, pace: Pace) -> None:
+    """The pace of the fake model's next replies (``POST /pace``)."""
+    r = await http.post(f"{llm.url}/pace", json={"tokens": pace.tokens, "ttft_ms": pace.ttft_ms,
+                                                  "token_delay_ms": pace.delay_ms})
+    r.raise_for_status()
+
+
+def _ms(samples: Iterable[float], *qs: float) -> dict[str, float | None]:
+    ordered = list(samples)
+    return {f"p{round(q * 100)}": round(percentile(ordered, q) * 1000, 2) if ordered else None for q in qs}
+
+
+def token_figures(share: Any, cpu: dict[str, float], wall: float) -> dict[str, Any]:
+    """A level's or a cell's figures per token: ``share`` is the clients' merged ``Share``, ``cpu``
+    the CPU seconds of each process over it, ``wall`` its length in seconds.
+
+    Latency: a token's arrival at the client minus the model's stamp, so whatever held it on the way
+    (a coalescing budget included). First token: the same for each stream's first token; first
+    answer: the request sent -> its first token, the model's own time to first token included."""
+    tokens = len(share.latencies)
+    rates = sorted(share.model_rates)
+    errors = sum(share.errors.values())
+    return {
+        "streams": share.streams, "completed": share.completed, "errors": errors, "error_reasons": dict(share.errors),
+        "tokens": tokens, "events": share.events,
+        "events_per_1k_tokens": round(share.events / tokens * 1000, 1) if tokens else None,
+        "wall_s": round(wall, 2), "tokens_per_s": round(tokens / wall, 1) if wall else None,
+        # The model's real pace per stream, from its stamps: a fake that fell behind shows here.
+        "model_tokens_per_s": {"p50": round(percentile(rates, 0.5), 1), "min": round(rates[0], 1)} if rates else None,
+        "latency_ms": {**_ms(share.latencies, 0.5, 0.95, 0.99),
+                       "max": round(max(share.latencies) * 1000, 2) if tokens else None},
+        "first_token_ms": _ms(share.first_token, 0.5, 0.95),
+        "first_answer_ms": _ms(share.first_answer, 0.5, 0.95),
+        "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
+        "cpu_ms_per_1k_tokens": {k: round(v / tokens * 1e6, 2) if tokens else None for k, v in cpu.items()},
+        # Cores each process kept busy; the load average says how much else the host was running.
+        "cpu_cores": {k: round(v / wall, 2) if wall else None for k, v in cpu.items()},
+        "load_average_1m_after": round(os.getloadavg()[0], 2),
+    }
+
+
+async def run_streams(clients: Any, specs: list[Any], procs: dict[str, Process]) -> dict[str, Any]:
+    """Run one level of streams over ``clients`` (``capacity_client.Clients``), reading the CPU time of
+    ``procs`` and of the clients from the moment every stream is set up to the end of the last."""
+    before: dict[str, float] = {}
+    started = 0.0
+
+    def go() -> None:
+        nonlocal started
+        before.update({name: tree_cpu_seconds(p.pid) for name, p in procs.items()}, client=clients.cpu_seconds())
+        started = time.perf_counter()
+
+    share = await clients.run(specs, go)
+    wall = time.perf_counter() - started
+    cpu = {name: tree_cpu_seconds(p.pid) - before[name] for name, p in procs.items()}
+    cpu["client"] = clients.cpu_seconds() - before["client"]
+    return token_figures(share, cpu, wall)
+
+
+async def gauge_sum(http: httpx.AsyncClient, url: str, name: str) -> float:
+    text = (await http.get(f"{url}/metrics")).text
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+
+
+async def settle(http: httpx.AsyncClient, agent: Process | None, seconds: float) -> None:
+    """Wait until the Agent Service (if any) runs nothing, then leave every process ``seconds`` to
+    finish its background work (batched writes, closing sockets) before the next level."""
+    deadline = time.monotonic() + 60
+    while (agent is not None and await gauge_sum(http, agent.url, "agent_active_runs") > 0
+           and time.monotonic() < deadline):
+        await asyncio.sleep(0.2)  # polling another process's state; there is nothing to wait on
+    await asyncio.sleep(seconds)  # quiet time between levels, the point of settling
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What serves a cell's streams: the Agent Service (``agent``), the chat in front of it (``chat``)
+    or the bare relay (``floor``), with ``coalesce_ms`` (None: the service's own default)."""
+
+    kind: str
+    coalesce_ms: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.kind if self.coalesce_ms is None else f"{self.kind}/c{self.coalesce_ms:g}"
+
+
+@dataclass
+class Rig:
+    """One stamped fake model, the bare relay and one product per coalescing value, all running."""
+
+    llm: Process
+    relay: Process | None
+    products: dict[float | None, Product]
+
+    def procs(self, cell: Cell) -> dict[str, Process]:
+        """The processes whose CPU a cell counts (the fake model's too: it shows the model kept up)."""
+        if cell.kind == "floor":
+            assert self.relay is not None
+            return {"floor_relay": self.relay, "fake_model": self.llm}
+        product = self.products[cell.coalesce_ms]
+        chat = {"conversation_service": product.chat} if cell.kind == "chat" and product.chat else {}
+        return {**chat, "agent_service": product.agent, "fake_model": self.llm}
+
+    def url(self, cell: Cell) -> str:
+        """Where the cell's client sends its streams."""
+        if cell.kind == "floor":
+            assert self.relay is not None
+            return self.relay.url
+        product = self.products[cell.coalesce_ms]
+        if cell.kind == "chat":
+            assert product.chat is not None
+            return product.chat.url
+        return product.agent.url
+
+
+@asynccontextmanager
+async def running_rig(
+    args: argparse.Namespace, root: Path, *, kinds: list[str], coalesce: list[float | None], floor: bool,
+    workers: int = 1, agent_env: dict[str, str] | None = None,
+) -> AsyncIterator[Rig]:
+    """The stamped fake model (one for everything, paced by ``set_pace``), the bare relay if ``floor``,
+    and for each value of ``coalesce`` an Agent Service (and, if ``chat`` is in ``kinds``, a
+    ConversationService) started with ``STREAM_COALESCE_MS`` at that value, on fresh databases."""
+    from contextlib import AsyncExitStack
+
+    llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms or 20.0,
+                   stamp=True)
+    relay = Process("floor_relay", ["-m", "loadtests.floor_relay", "--model", llm.url, "--workers", str(workers)],
+                    {}, root) if floor else None
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(running(*[p for p in (llm, relay) if p is not None]))
+        products = {}
+        for ms in coalesce if kinds else []:
+            env = {} if ms is None else {COALESCE_SETTING: f"{ms:g}"}
+            products[ms] = await stack.enter_async_context(running_product(
+                args, root, chat="chat" in kinds, workers=workers, agent_env=agent_env, service_env=env, llm=llm,
+                suffix="" if ms is None else f"_c{ms:g}"))
+        yield Rig(llm, relay, products)
+
+
+def level_specs(cell: Cell, rig: Rig, pace: Pace, streams: int, clients: int, name: str,
+                stream_timeout_s: float = 60.0) -> list[Any]:
+    """Each client process's share of ``streams`` streams of ``cell`` (the relay answers the Agent
+    Service's execute request with the same kind of SSE stream)."""
+    from loadtests.capacity_client import LevelSpec, split
+
+    url = rig.url(cell)
+    kind = "chat" if cell.kind == "chat" else "agent"
+    return [LevelSpec(target=kind, streams=k, tokens=pace.tokens, timeout_s=pace.seconds + stream_timeout_s,
+                      agent_url=url, agent_key=AGENT_KEY, chat_url=url if kind == "chat" else "",
+                      jwt_secret=JWT_SECRET, name=f"{name}-{i}")
+            for i, k in enumerate(split(streams, clients))]
+
+
+def speed_paces(args: argparse.Namespace) -> list[Pace]:
+    return [Pace(speed, max(1, round(speed * args.stream_s)), args.ttft_ms) for speed in args.speeds]
+
+
+async def speed_matrix(args: argparse.Namespace, kind: str | None) -> dict[str, Any]:
+    """Every model speed of ``args.speeds`` with each coalescing value of ``args.coalesce_ms`` (the
+    ``kind`` of service: ``agent`` or ``chat``; None: the relay alone) and the bare relay, each cell
+    ``args.cell_rounds`` times, the cells alternating within a speed (their order reversed every
+    other round) so that the machine's load falls on all of them alike."""
+    from loadtests.capacity_client import Clients
+
+    root = work_dir(f"bench-speeds-{kind or 'floor'}")
+    coalesce = list(args.coalesce_ms or [None]) if kind else []
+    cells = [Cell(kind, ms) for ms in coalesce] + ([Cell("floor")] if args.floor else [])
+    paces = speed_paces(args)
+    rows: list[dict[str, Any]] = []
+    clients = Clients(args.clients)
+    try:
+        async with running_rig(args, root, kinds=[kind] if kind else [], coalesce=coalesce,
+                               floor=args.floor) as rig, httpx.AsyncClient(timeout=30) as http:
+            print(f"{'speed':>6} {'cell':10} {'N':>3} {'tokens':>7} {'ev/1k':>6} {'model t/s':>9} {'p50':>7} {'p95':>7} "
+                  f"{'p99':>7} {'1st p95':>7} {'ttft p50':>8}  CPU ms per 1,000 tokens   load", flush=True)
+            for pace in paces:
+                await set_pace(http, rig.llm, pace)
+                n = streams_for(pace.speed, args.load)
+                for cell in cells:  # warm-up: imports, pools and caches of each process, not counted
+                    await run_streams(clients, level_specs(cell, rig, pace, min(n, 4), len(clients.procs),
+                                                           f"warm-{cell.name}-{pace.speed:g}"), rig.procs(cell))
+                for r in range(args.cell_rounds):
+                    for cell in cells if r % 2 == 0 else cells[::-1]:
+                        specs = level_specs(cell, rig, pace, n, len(clients.procs), f"{cell.name}-{pace.speed:g}-{r}")
+                        row = {"speed": pace.speed, "cell": cell.name, "round": r, "tokens_per_stream": pace.tokens,
+                               **await run_streams(clients, specs, rig.procs(cell))}
+                        rows.append(row)
+                        _print_token_row(row)
+                        await settle(http, None if cell.kind == "floor" else rig.products[cell.coalesce_ms].agent, 1.0)
+    finally:
+        clients.close()
+    summary = summarize_cells(rows)
+    return {"machine": machine(), "database": args.db if kind else None,
+            "settings": {"speeds": args.speeds, "coalesce_ms": args.coalesce_ms, "stream_s": args.stream_s,
+                         "load_tokens_per_s": args.load, "cell_rounds": args.cell_rounds, "ttft_ms": args.ttft_ms,
+                         "clients": args.clients, "floor": args.floor},
+            "summary": summary, "targets": speed_targets(summary, kind), "cells": rows, "logs": str(root)}
+
+
+def _print_token_row(row: dict[str, Any]) -> None:
+    lat, rate = row["latency_ms"], row["model_tokens_per_s"] or {}
+    cpu = "  ".join(f"{k} {v}" for k, v in row["cpu_ms_per_1k_tokens"].items())
+    failed = f"  ERRORS {row['error_reasons']}" if row["errors"] else ""
+    print(f"{row['speed']:6g} {row['cell']:10} {row['streams']:3} {row['tokens']:7} {row['events_per_1k_tokens'] or 0:6.0f} "
+          f"{rate.get('p50') or 0:9.0f} {lat['p50'] or 0:7.1f} {lat['p95'] or 0:7.1f} {lat['p99'] or 0:7.1f} "
+          f"{row['first_token_ms']['p95'] or 0:7.1f} {row['first_answer_ms']['p50'] or 0:8.1f}  {cpu}   "
+          f"{row['load_average_1m_after']}{failed}", flush=True)
+
+
+def summarize_cells(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per speed and cell, the median over its rounds of each figure (and the rounds' CPU, to show
+    their spread): ``{"2000": {"agent/c25": {...}}}``."""
+    grouped: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault((row["speed"], row["cell"]), []).append(row)
+    out: dict[str, dict[str, Any]] = {}
+    for (speed, cell), group in grouped.items():
+        def med(get, group=group) -> float | None:
+            values = [v for v in (get(r) for r in group) if v is not None]
+            return round(statistics.median(values), 2) if values else None
+
+        procs = group[0]["cpu_ms_per_1k_tokens"]
+        out.setdefault(f"{speed:g}", {})[cell] = {
+            "rounds": len(group), "errors": sum(r["errors"] for r in group),
+            "cpu_ms_per_1k_tokens": {p: med(lambda r, p=p: r["cpu_ms_per_1k_tokens"][p]) for p in procs},
+            "cpu_ms_per_1k_tokens_rounds": {p: [r["cpu_ms_per_1k_tokens"][p] for r in group] for p in procs},
+            "events_per_1k_tokens": med(lambda r: r["events_per_1k_tokens"]),
+            "model_tokens_per_s_p50": med(lambda r: (r["model_tokens_per_s"] or {}).get("p50")),
+            "latency_ms": {q: med(lambda r, q=q: r["latency_ms"][q]) for q in ("p50", "p95", "p99")},
+            "first_token_ms": {q: med(lambda r, q=q: r["first_token_ms"][q]) for q in ("p50", "p95")},
+            "first_answer_ms": {q: med(lambda r, q=q: r["first_answer_ms"][q]) for q in ("p50", "p95")},
+            "load_average_1m": [r["load_average_1m_after"] for r in group],
+        }
+    return out
+
+
+def speed_targets(summary: dict[str, dict[str, Any]], kind: str | None) -> dict[str, Any]:
+    """The issue's targets read off a summary: at the fastest speed, CPU per 1,000 tokens at least 10x
+    below coalescing off and below the relay's; at the slowest, at most 1.5x (agent) or 2x (chat)
+    the relay's; at every speed, the per-token p95 at most the budget + 10 ms."""
+    if kind is None or not summary:
+        return {}
+    proc = "conversation_service" if kind == "chat" else "agent_service"
+    speeds = sorted(summary, key=float)
+    out: dict[str, Any] = {}
+
+    def cpu(speed: str, cell: str) -> float | None:
+        row = summary[speed].get(cell)
+        return None if row is None else row["cpu_ms_per_1k_tokens"].get("floor_relay" if cell == "floor" else proc)
+
+    on_cells = [c for c in summary[speeds[0]] if c.startswith(f"{kind}/c") and c != f"{kind}/c0"]
+    fast, slow = speeds[-1], speeds[0]
+    for cell in on_cells:
+        off, on, relay = cpu(fast, f"{kind}/c0"), cpu(fast, cell), cpu(fast, "floor")
+        if off and on:
+            out[f"{cell} at {fast} tokens/s: >= 10x below coalescing off"] = {
+                "off_over_on": round(off / on, 1), "verdict": "MET" if off / on >= 10 else "MISSED"}
+        if on and relay:
+            out[f"{cell} at {fast} tokens/s: below the relay"] = {
+                "on_over_relay": round(on / relay, 2), "verdict": "MET" if on < relay else "MISSED"}
+        on, relay = cpu(slow, cell), cpu(slow, "floor")
+        limit = 2.0 if kind == "chat" else 1.5
+        if on and relay:
+            out[f"{cell} at {slow} tokens/s: <= {limit}x the relay"] = {
+                "on_over_relay": round(on / relay, 2), "verdict": "MET" if on / relay <= limit else "MISSED"}
+        budget = float(cell.rsplit("/c", 1)[1]) + 10
+        worst = max((summary[s][cell]["latency_ms"]["p95"] or math.inf) for s in speeds if cell in summary[s])
+        out[f"{cell}: per-token p95 <= {budget:g} ms at every speed"] = {
+            "worst_p95_ms": worst, "verdict": "MET" if worst <= budget else "MISSED"}
+    return out

@@ -53,10 +53,11 @@ async def test_a_tiny_sweep_of_both_targets(tmp_path) -> None:
     for target in ("agent", "chat"):
         (row,) = results[target]["levels"]
         assert row["error_reasons"] == {} and row["completed"] == 2
-        assert row["tokens_timed"] == 10  # every stamped token reached a client, one from each process
-        assert row["events"] > row["tokens_timed"] if target == "agent" else row["events"] > 2
+        assert row["tokens"] == 10  # every stamped token reached a client, one from each process
+        assert row["events"] > row["tokens"] if target == "agent" else row["events"] > 2
         assert 0 <= row["latency_ms"]["p50"] <= row["latency_ms"]["p95"] <= row["latency_ms"]["max"]
-        assert row["cpu_s"]["agent_service"] > 0 and row["cpu_s_per_10k_events"]["agent_service"] > 0
+        assert row["cpu_s"]["agent_service"] > 0 and row["cpu_ms_per_1k_tokens"]["agent_service"] > 0
+        assert len(row["first_answer_ms"]) == 2 and row["model_tokens_per_s"]["min"] > 0
         assert results[target]["capacity_streams"] == (2 if row["passed"] else 0)
     assert results["chat"]["levels"][0]["cpu_s"]["conversation_service"] > 0
     assert json.loads(out.read_text())["machine"]["nproc"]
@@ -69,7 +70,16 @@ async def test_the_floor_target_relays_the_same_streams_with_no_service(tmp_path
 
     (row,) = results["floor"]["levels"]
     assert row["error_reasons"] == {} and row["completed"] == 2
-    assert row["tokens_timed"] == 10 and row["events"] == 12  # 5 answer chunks and the end, per stream
+    assert row["tokens"] == 10 and row["events"] == 12  # 5 answer chunks and the end, per stream
     # Measured per process, the relay in place of the services (a level this small may read 0 ticks).
     assert set(row["cpu_s"]) == {"floor_relay", "fake_model", "client"}
     assert results["database"] is None
+
+
+async def test_the_fake_model_paced_between_requests_sends_the_new_length() -> None:
+    fake = FakeOpenAI(tokens=4, token_delay_ms=1, shared_clock=True)
+    async with running_fake_openai(fake) as (_, api), httpx.AsyncClient() as client:
+        r = await client.post(api.removesuffix("/v1") + "/pace", json={"tokens": 6, "token_delay_ms": 0.5})
+        assert r.json() == {"tokens": 6, "ttft_ms": 0.0, "token_delay_ms": 0.5}
+        assert (await client.post(api.removesuffix("/v1") + "/pace", json={"tokens": -1})).status_code == 400
+    assert await _reply_text(fake) == "token0 token1 token2 token3 token4 token5"

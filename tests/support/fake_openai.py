@@ -13,7 +13,10 @@ With ``stamp``, each word of a default reply is the wall-clock time (``time.time
 sent, ``t1732459200.123456``, so a client on the same host can tell how long the token took to reach
 it through the services under test. With ``shared_clock``, paced default replies are sent by one
 timer loop for every stream of the process (``Pacer``) instead of a sleep per token per stream, so
-hundreds of streams cost the fake little CPU.
+hundreds of streams cost the fake little CPU, and the pace holds at 2,000 tokens/s (0.5 ms a token):
+every token due when the timer wakes goes out in one write, each still its own chunk with its own stamp.
+``POST /pace`` changes the default reply's length and pace for the requests that follow, so one
+fake serves a benchmark's successive model speeds.
 
 Run on its own for load tests (``shared_clock`` is on there)::
 
@@ -126,6 +129,7 @@ class FakeOpenAI:
                 Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/health", self._health, methods=["GET"]),
+                Route("/pace", self._set_pace, methods=["POST"]),
             ]
         )
 
@@ -150,6 +154,16 @@ class FakeOpenAI:
 
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
+
+    async def _set_pace(self, request: Request) -> Response:
+        """``{"tokens": N, "ttft_ms": x, "token_delay_ms": y}`` (any of them) for the replies that follow."""
+        body = orjson.loads(await request.body())
+        for key in ("tokens", "ttft_ms", "token_delay_ms"):
+            if key in body:
+                if not isinstance(body[key], int | float) or body[key] < 0:
+                    return _error(400, f"{key} must be a number >= 0")
+                setattr(self, key, int(body[key]) if key == "tokens" else float(body[key]))
+        return JSONResponse({"tokens": self.tokens, "ttft_ms": self.ttft_ms, "token_delay_ms": self.token_delay_ms})
 
     async def _models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
@@ -257,7 +271,9 @@ class FakeOpenAI:
 class Pacer:
     """One timer loop for every paced stream: a heap of (when the stream's next piece is due, the
     stream), woken once per millisecond grain at most, writing every piece that is due. The cost
-    per token is one write, not a timer, a task switch and a generator step per stream.
+    per token is at most one write, not a timer, a task switch and a generator step per stream; at
+    more than one token per grain (2,000 tokens/s is two per millisecond) a stream's due tokens share
+    one write, as a fast model's do in one TCP segment.
 
     Each stream keeps its own absolute schedule (first token at start + ttft, then one per delay):
     a loop that falls behind sends late pieces at once, as a hosted model's tokens keep coming
@@ -294,9 +310,9 @@ class Pacer:
                     continue
                 while heap and heap[0][0] <= now:
                     _, _, stream = heapq.heappop(heap)
-                    # A whole reply (~40 KB) fits in the transport's write buffer (64 KiB), so a
+                    # A 200-token reply (~40 KB) fits in the transport's write buffer (64 KiB), so a
                     # write does not wait on one slow reader while the others are due.
-                    due = await stream.step()
+                    due = await stream.step(now)
                     if due is not None:
                         heapq.heappush(heap, (due, next(self._order), stream))
         finally:
@@ -309,8 +325,9 @@ def _resolve(future: asyncio.Future) -> None:
 
 
 class _PacedStream:
-    """A default reply written piece by piece by the ``Pacer``: role and first token, the other
-    tokens one per step, then the finish, usage and ``[DONE]``."""
+    """A default reply written by the ``Pacer`` on an absolute schedule: role and token 0 at
+    ``start``, token i at ``start + i * delay``, then the finish, usage and ``[DONE]`` one delay
+    after the last token. Each step writes everything due by then."""
 
     def __init__(self, fake: FakeOpenAI, send: Callable, include_usage: bool, start: float) -> None:
         self.fake = fake
@@ -318,7 +335,8 @@ class _PacedStream:
         self.include_usage = include_usage
         self.start = start
         self.delay = fake.token_delay_ms / 1000
-        self.index = 0
+        self.tokens = fake.tokens  # a later POST /pace does not change a reply under way
+        self.index = 0  # the next piece to write: token index, ``tokens`` for the tail
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
         created = int(time.time())
         head = orjson.dumps({"id": f"chatcmpl-fake{created}", "object": "chat.completion.chunk",
@@ -334,30 +352,39 @@ class _PacedStream:
     def _tail(self) -> bytes:
         out = b"data: " + self._head + b',"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
         if self.include_usage:
-            n = self.fake.tokens
+            n = self.tokens
             usage = orjson.dumps({"prompt_tokens": 11, "completion_tokens": n, "total_tokens": 11 + n})
             out += b"data: " + self._head + b',"choices":[],"usage":' + usage + b"}\n\n"
         return out + b"data: [DONE]\n\n"
 
-    async def step(self) -> float | None:
-        """Write what is due now; the time of the next step, or None once the reply is complete."""
-        i, self.index = self.index, self.index + 1
-        tokens = self.fake.tokens
+    def due_by(self, now: float) -> int:
+        """How many pieces (tokens, then the tail) are due by ``now``: always the next one at least,
+        since the timer woke for it (the float division may land a hair below a whole step)."""
+        due = self.tokens + 1 if self.delay <= 0 else int((now - self.start) / self.delay + 1e-9) + 1
+        return max(self.index + 1, min(due, self.tokens + 1))
+
+    async def step(self, now: float) -> float | None:
+        """Write every piece due by ``now`` in one write; the time the next one is due, or None once
+        the reply is complete."""
+        end = self.due_by(now)
+        parts = []
+        if self.index == 0:
+            parts.append(b"data: " + self._head
+                         + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n')
+        parts.extend(self._piece(i) for i in range(self.index, min(end, self.tokens)))  # stamped one by one
+        last = end > self.tokens
+        if last:
+            parts.append(self._tail())
+        self.index = end
         try:
-            if i == 0:
-                role = b"data: " + self._head + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
-                await self.send({"type": "http.response.body", "body": role + (self._piece(0) if tokens else b""),
-                                 "more_body": True})
-            elif i < tokens:
-                await self.send({"type": "http.response.body", "body": self._piece(i), "more_body": True})
-            else:
-                await self.send({"type": "http.response.body", "body": self._tail(), "more_body": False})
-                self.done.set_result(None)
-                return None
+            await self.send({"type": "http.response.body", "body": b"".join(parts), "more_body": not last})
         except Exception as exc:  # noqa: BLE001 - the reader is gone: end this stream, keep the others
             self.done.set_exception(exc)
             return None
-        return self.start + (i + 1) * self.delay
+        if last:
+            self.done.set_result(None)
+            return None
+        return self.start + self.index * self.delay
 
 
 class _PacedResponse(Response):
