@@ -99,8 +99,7 @@ class AgentServiceSettings(BaseSettings):
     # 0: one event per delta. STREAM_COALESCE_MS, the ConversationService's name, is read too.
     stream_coalesce_ms: float = Field(
         default=25.0,
-        validation_alias=AliasChoices(
-            "stream_coalesce_ms", "AGENT_SERVICE_STREAM_COALESCE_MS", "STREAM_COALESCE_MS"),
+        validation_alias=AliasChoices("AGENT_SERVICE_STREAM_COALESCE_MS", "STREAM_COALESCE_MS"),
     )
     # While the database is away (a restart, a failover) the event log's writes wait and are retried
     # in order for this long; past it the runs whose events could not be written end with ERROR

@@ -76,7 +76,7 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 class _Coalesced:
     __slots__ = (
         "_budget", "_deadline", "_ended", "_error", "_firsts", "_held", "_held_chars", "_kind", "_loop",
-        "_out", "_pump", "_room", "_source", "_waiter",
+        "_out", "_pump", "_room", "_source", "_timer", "_waiter",
     )
 
     def __init__(self, source: AsyncIterator[LLMEvent], budget_s: float) -> None:
@@ -94,6 +94,7 @@ class _Coalesced:
         self._ended = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None  # the reader's, while it waits
+        self._timer: asyncio.TimerHandle | None = None  # wakes the waiting reader when the held chunk is due
         self._room: asyncio.Future[None] | None = None  # the pump's, while the reader is far behind
 
     def __aiter__(self) -> _Coalesced:
@@ -125,13 +126,15 @@ class _Coalesced:
     async def _wait(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> None:
         """Until the pump has something due, or ``deadline`` (loop time) passes."""
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_at(deadline, _wake, waiter) if deadline is not None else None
+        if deadline is not None:
+            self._timer = loop.call_at(deadline, _wake, waiter)
         try:
             await waiter
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
     def _release(self) -> _Delta:
         held = self._held
@@ -173,8 +176,7 @@ class _Coalesced:
                         self._flush()
                         self._due()
                     if not self._held:
-                        self._kind = kind  # type: ignore[assignment]
-                        self._deadline = self._loop.time() + self._budget  # type: ignore[union-attr]
+                        self._start(kind)  # type: ignore[arg-type]
                     self._held.append(text)
                     self._held_chars += len(text)
                     if self._held_chars >= HOLD_MAX_CHARS:
@@ -197,6 +199,16 @@ class _Coalesced:
             self._flush()
             self._ended = True
             self._due()
+
+    def _start(self, kind: type[_Delta]) -> None:
+        """A new chunk: due ``budget`` from now. A reader already waiting (with nothing held, so with
+        no deadline) is woken then, while the model may say nothing more."""
+        loop = self._loop
+        assert loop is not None
+        self._kind = kind
+        self._deadline = loop.time() + self._budget
+        if self._waiter is not None and self._timer is None:
+            self._timer = loop.call_at(self._deadline, _wake, self._waiter)
 
     async def _drained(self) -> None:
         if self._out:

@@ -148,6 +148,44 @@ async def test_held_text_is_released_when_the_budget_runs_out_while_the_model_is
     assert model.closed
 
 
+async def test_a_reader_already_waiting_when_the_chunk_starts_gets_it_when_the_budget_runs_out() -> None:
+    model = Model()
+    budget_ms = 20
+    stream = coalesce(model.stream(), budget_ms)
+    model.send(TextDelta("a"))
+    assert await next_of(stream) == TextDelta("a")
+    reader = asyncio.ensure_future(stream.__anext__())
+    for _ in range(20):  # the reader waits, with nothing held; the pump waits on the model
+        await asyncio.sleep(0)
+    assert not reader.done()
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+    model.send(TextDelta("b"), TextDelta("c"))
+    # Nothing more comes from the model and nothing else wakes the reader: the budget does.
+    assert await asyncio.wait_for(reader, WITHIN_S) == TextDelta("bc")
+    assert loop.time() - sent >= budget_ms / 1000 * 0.99
+    await aclose_stream(stream)
+
+
+async def test_a_model_that_keeps_streaming_is_cut_into_chunks_by_the_budget() -> None:
+    model = Model()
+    budget_ms = 20
+    stream = coalesce(model.stream(), budget_ms)
+
+    async def produce() -> None:
+        for i in range(60):
+            model.send(TextDelta(f"{i} "))
+            await asyncio.sleep(0.002)  # the model's pace: a token every 2 ms
+        model.end()
+
+    producer = asyncio.ensure_future(produce())
+    out = [event async for event in stream]
+    await producer
+    assert "".join(e.text for e in out) == "".join(f"{i} " for i in range(60))  # type: ignore[union-attr]
+    # 60 tokens over >= 120 ms, released every 20 ms: neither one chunk per token nor one for all.
+    assert 3 <= len(out) <= 30, [e.text for e in out]  # type: ignore[union-attr]
+
+
 async def test_a_reader_that_asks_late_gets_everything_that_arrived_meanwhile_as_one() -> None:
     model = Model()
     stream = coalesce(model.stream(), 1)
