@@ -288,3 +288,24 @@ async def test_a_reader_cancelled_while_it_waits_leaves_the_stream_closable() ->
         await reader
     await aclose_stream(stream)
     assert model.closed
+
+
+def test_both_services_read_the_setting_default_25_and_refuse_a_budget_out_of_range(monkeypatch) -> None:
+    from pydantic import ValidationError
+
+    from agent_service.settings import AgentServiceSettings
+    from conversation_service.settings import ConversationSettings
+
+    monkeypatch.delenv("STREAM_COALESCE_MS", raising=False)
+    monkeypatch.delenv("AGENT_SERVICE_STREAM_COALESCE_MS", raising=False)
+    assert AgentServiceSettings().stream_coalesce_ms == 25 and ConversationSettings().stream_coalesce_ms == 25
+    monkeypatch.setenv("STREAM_COALESCE_MS", "0")
+    assert AgentServiceSettings().stream_coalesce_ms == 0 and ConversationSettings().stream_coalesce_ms == 0
+    monkeypatch.setenv("AGENT_SERVICE_STREAM_COALESCE_MS", "10")  # the Agent Service's own name comes first
+    assert AgentServiceSettings().stream_coalesce_ms == 10
+    for wrong in ("-5", "1001"):
+        monkeypatch.setenv("STREAM_COALESCE_MS", wrong)
+        monkeypatch.setenv("AGENT_SERVICE_STREAM_COALESCE_MS", wrong)
+        for settings in (AgentServiceSettings, ConversationSettings):
+            with pytest.raises(ValidationError, match="STREAM_COALESCE_MS is how long a delta may wait"):
+                settings()
