@@ -14,6 +14,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import socket
 import statistics
@@ -541,6 +542,9 @@ def add_speed_options(parser: argparse.ArgumentParser, *, coalesce_default: str 
     group.add_argument("--no-floor", dest="floor", action="store_false",
                        help="leave out the bare relay (loadtests.floor_relay), which forwards every delta")
     group.add_argument("--clients", type=int, default=2, help="client processes the streams are spread over")
+    group.add_argument("--profile-cells", type=Path, default=None, metavar="DIR",
+                       help="a py-spy profile (raw collapsed stacks) of each cell's service, or the relay, during its "
+                            "first round: DIR/<speed>-<cell>.txt")
 
 
 @dataclass(frozen=True)
@@ -720,6 +724,15 @@ def level_specs(cell: Cell, rig: Rig, pace: Pace, streams: int, clients: int, na
             for i, k in enumerate(split(streams, clients))]
 
 
+def py_spy(pid: int, out: Path) -> subprocess.Popen:
+    """``py-spy record`` of ``pid`` until sent SIGINT (then it writes ``out``): every thread's samples
+    off the CPU's idle waits, 200 a second, the process not paused to take them."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--nonblocking",
+                             "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def speed_paces(args: argparse.Namespace) -> list[Pace]:
     return [Pace(speed, max(1, round(speed * args.stream_s)), args.ttft_ms) for speed in args.speeds]
 
@@ -756,8 +769,17 @@ async def speed_matrix(args: argparse.Namespace, kind: str | None) -> dict[str, 
                 for r in range(args.cell_rounds):
                     for cell in cells if r % 2 == 0 else cells[::-1]:
                         specs = level_specs(cell, rig, pace, n, len(clients.procs), f"{cell.name}-{pace.speed:g}-{r}")
-                        row = {"speed": pace.speed, "cell": cell.name, "round": r, "tokens_per_stream": pace.tokens,
-                               **await run_streams(clients, specs, rig.procs(cell))}
+                        spy = None
+                        if args.profile_cells is not None and r == 0:
+                            service = next(iter(rig.procs(cell).values()))  # the chat's, else the agent's or relay's
+                            spy = py_spy(service.pid, args.profile_cells / f"{pace.speed:g}-{cell.name.replace('/', '-')}.txt")
+                        try:
+                            row = {"speed": pace.speed, "cell": cell.name, "round": r, "tokens_per_stream": pace.tokens,
+                                   **await run_streams(clients, specs, rig.procs(cell))}
+                        finally:
+                            if spy is not None:
+                                spy.send_signal(signal.SIGINT)  # py-spy writes what it recorded
+                                await asyncio.to_thread(spy.wait, 30)
                         rows.append(row)
                         _print_token_row(row)
                         await settle(http, None if cell.kind == "floor" else rig.products[cell.coalesce_ms].agent, 1.0)
