@@ -542,6 +542,9 @@ def add_speed_options(parser: argparse.ArgumentParser, *, coalesce_default: str 
     group.add_argument("--no-floor", dest="floor", action="store_false",
                        help="leave out the bare relay (loadtests.floor_relay), which forwards every delta")
     group.add_argument("--clients", type=int, default=2, help="client processes the streams are spread over")
+    group.add_argument("--model-write-ms", type=float, default=1.0,
+                       help="how often the fake model writes to a stream, every token due in one write (1 ms: two "
+                            "tokens a write at 2,000 tokens/s)")
     group.add_argument("--profile-cells", type=Path, default=None, metavar="DIR",
                        help="a py-spy profile (raw collapsed stacks) of each cell's service, or the relay, during its "
                             "first round: DIR/<speed>-<cell>.txt")
@@ -554,6 +557,7 @@ class Pace:
     speed: float
     tokens: int
     ttft_ms: float
+    write_every_ms: float = 1.0
 
     @property
     def delay_ms(self) -> float:
@@ -572,7 +576,7 @@ def streams_for(speed: float, load: float) -> int:
 async def set_pace(http: httpx.AsyncClient, llm: Process, pace: Pace) -> None:
     """The pace of the fake model's next replies (``POST /pace``)."""
     r = await http.post(f"{llm.url}/pace", json={"tokens": pace.tokens, "ttft_ms": pace.ttft_ms,
-                                                  "token_delay_ms": pace.delay_ms})
+                                                  "token_delay_ms": pace.delay_ms, "write_every_ms": pace.write_every_ms})
     r.raise_for_status()
 
 
@@ -734,7 +738,8 @@ def py_spy(pid: int, out: Path) -> subprocess.Popen:
 
 
 def speed_paces(args: argparse.Namespace) -> list[Pace]:
-    return [Pace(speed, max(1, round(speed * args.stream_s)), args.ttft_ms) for speed in args.speeds]
+    write = getattr(args, "model_write_ms", 1.0)
+    return [Pace(speed, max(1, round(speed * args.stream_s)), args.ttft_ms, write) for speed in args.speeds]
 
 
 async def speed_matrix(args: argparse.Namespace, kind: str | None) -> dict[str, Any]:
@@ -757,7 +762,7 @@ async def speed_matrix(args: argparse.Namespace, kind: str | None) -> dict[str, 
                   f"{'p99':>7} {'1st p95':>7} {'ttft p50':>8}  CPU ms per 1,000 tokens   load", flush=True)
             # Warm-up, not counted: imports, pools and caches of each process. Twice: the first runs'
             # recall finds no memories, the second's does, and only then is the tokenizer paged in.
-            warm = Pace(paces[0].speed, min(paces[0].tokens, 20), args.ttft_ms)
+            warm = Pace(paces[0].speed, min(paces[0].tokens, 20), args.ttft_ms, paces[0].write_every_ms)
             await set_pace(http, rig.llm, warm)
             for w in range(2):
                 for cell in cells:
@@ -789,7 +794,7 @@ async def speed_matrix(args: argparse.Namespace, kind: str | None) -> dict[str, 
     return {"machine": machine(), "database": args.db if kind else None,
             "settings": {"speeds": args.speeds, "coalesce_ms": args.coalesce_ms, "stream_s": args.stream_s,
                          "load_tokens_per_s": args.load, "cell_rounds": args.cell_rounds, "ttft_ms": args.ttft_ms,
-                         "clients": args.clients, "floor": args.floor},
+                         "clients": args.clients, "floor": args.floor, "model_write_ms": args.model_write_ms},
             "summary": summary, "targets": speed_targets(summary, kind), "cells": rows, "logs": str(root)}
 
 

@@ -81,6 +81,6 @@ async def test_the_fake_model_paced_between_requests_sends_the_new_length() -> N
     fake = FakeOpenAI(tokens=4, token_delay_ms=1, shared_clock=True)
     async with running_fake_openai(fake) as (_, api), httpx.AsyncClient() as client:
         r = await client.post(api.removesuffix("/v1") + "/pace", json={"tokens": 6, "token_delay_ms": 0.5})
-        assert r.json() == {"tokens": 6, "ttft_ms": 0.0, "token_delay_ms": 0.5}
+        assert r.json() == {"tokens": 6, "ttft_ms": 0.0, "token_delay_ms": 0.5, "write_every_ms": 1.0}
         assert (await client.post(api.removesuffix("/v1") + "/pace", json={"tokens": -1})).status_code == 400
     assert await _reply_text(fake) == "token0 token1 token2 token3 token4 token5"

@@ -156,14 +156,19 @@ class FakeOpenAI:
         return JSONResponse({"status": "ok"})
 
     async def _set_pace(self, request: Request) -> Response:
-        """``{"tokens": N, "ttft_ms": x, "token_delay_ms": y}`` (any of them) for the replies that follow."""
+        """``{"tokens": N, "ttft_ms": x, "token_delay_ms": y, "write_every_ms": z}`` (any of them) for the
+        replies that follow; ``write_every_ms``: the shared clock's grain, how often a stream is written."""
         body = orjson.loads(await request.body())
+        for key in ("tokens", "ttft_ms", "token_delay_ms", "write_every_ms"):
+            if key in body and (not isinstance(body[key], int | float) or body[key] < 0):
+                return _error(400, f"{key} must be a number >= 0")
         for key in ("tokens", "ttft_ms", "token_delay_ms"):
             if key in body:
-                if not isinstance(body[key], int | float) or body[key] < 0:
-                    return _error(400, f"{key} must be a number >= 0")
                 setattr(self, key, int(body[key]) if key == "tokens" else float(body[key]))
-        return JSONResponse({"tokens": self.tokens, "ttft_ms": self.ttft_ms, "token_delay_ms": self.token_delay_ms})
+        if self.pacer is not None and body.get("write_every_ms"):
+            self.pacer.grain_s = body["write_every_ms"] / 1000
+        return JSONResponse({"tokens": self.tokens, "ttft_ms": self.ttft_ms, "token_delay_ms": self.token_delay_ms,
+                             "write_every_ms": None if self.pacer is None else self.pacer.grain_s * 1000})
 
     async def _models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
