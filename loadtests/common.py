@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -697,8 +697,6 @@ async def running_rig(
     """The stamped fake model (one for everything, paced by ``set_pace``), the bare relay if ``floor``,
     and for each value of ``coalesce`` an Agent Service (and, if ``chat`` is in ``kinds``, a
     ConversationService) started with ``STREAM_COALESCE_MS`` at that value, on fresh databases."""
-    from contextlib import AsyncExitStack
-
     llm = fake_llm(root, tokens=args.tokens, ttft_ms=args.ttft_ms, token_delay_ms=args.token_delay_ms or 20.0,
                    stamp=True)
     relay = Process("floor_relay", ["-m", "loadtests.floor_relay", "--model", llm.url, "--workers", str(workers)],
@@ -738,6 +736,8 @@ def py_spy(pid: int, out: Path) -> subprocess.Popen:
 
 
 def speed_paces(args: argparse.Namespace) -> list[Pace]:
+    if any(speed <= 0 for speed in args.speeds) or args.stream_s <= 0:
+        raise SystemExit("--speeds and --stream-s must be positive")
     write = getattr(args, "model_write_ms", 1.0)
     return [Pace(speed, max(1, round(speed * args.stream_s)), args.ttft_ms, write) for speed in args.speeds]
 
