@@ -54,6 +54,7 @@ from agent_service.tools.reply import NOT_RUN, REPLY_TOOL_NAME, SENT, validate_r
 from shared.fastpath.coalesce import aclose_stream, coalesce
 from shared.fastpath.fair_share import fair_share
 from shared.llm.base import (
+    DELTA_TYPES,
     CompletionOptions,
     LLMError,
     LLMMessage,
@@ -240,7 +241,7 @@ class ReActEngine:
         started = time.perf_counter()
         # What arrived together is taken as one: one ANSWER_CHUNK, one seq, one write, one SSE message.
         stream = coalesce(self.provider.stream(prompt.messages, tools=specs, options=prompt.options),
-                          self.stream_coalesce_ms)
+                          self.stream_coalesce_ms, DELTA_TYPES)
         try:
             # fair_share pauses for other runs after an event is out, never before.
             async for event in fair_share(stream):

@@ -39,7 +39,15 @@ from conversation_service.turns.repository import TurnRepository
 from conversation_service.turns.stops import ReplyStops
 from shared.fastpath.coalesce import aclose_stream, coalesce
 from shared.fastpath.fair_share import fair_share
-from shared.llm.base import CompletionOptions, LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
+from shared.llm.base import (
+    DELTA_TYPES,
+    CompletionOptions,
+    LLMDone,
+    LLMError,
+    LLMMessage,
+    LLMProvider,
+    TextDelta,
+)
 from shared.logging import conversation_id_var
 from shared.protocol import utcnow
 from shared.rate_limit import RateLimited, RateLimiter, Wait
@@ -151,7 +159,7 @@ class DirectLLMReplier:
         started = time.perf_counter()
         first = True
         # What arrived together is one frame, one fan-out message and one WebSocket write.
-        source = coalesce(self._provider.stream(prompt, options=self._options), self._coalesce_ms)
+        source = coalesce(self._provider.stream(prompt, options=self._options), self._coalesce_ms, DELTA_TYPES)
         try:
             # Deltas of one network read come without a wait and each frame is written inside
             # emit: fair_share pauses between them, so other conversations are not held behind a burst.

@@ -5,10 +5,11 @@ SSE message, a frame, a fan-out message, a WebSocket write. A reader sees nothin
 dozen updates a second, while a fast model streams hundreds to thousands of tokens a second: joining
 what arrives within ``STREAM_COALESCE_MS`` makes a stream's cost follow the reader, not the model.
 
-The rules, for a provider's event stream (``shared.llm.base``):
+The rules, for a provider's event stream (``shared.llm.base``), whose delta types (text, reasoning:
+``DELTA_TYPES`` there) the caller names:
 
-- The first text delta of the stream, and the first reasoning delta, pass at once: the first token's
-  latency is unchanged.
+- The first delta of each type (the first text delta, the first reasoning delta) passes at once: the
+  first token's latency is unchanged.
 - After that, a delta that arrives while none is held starts a chunk; the deltas of the same kind
   after it join it. The chunk goes out as one delta once ``budget`` has passed since its first delta
   (or later, when the reader asks later: whatever arrived meanwhile is in it), also while the model is
@@ -28,10 +29,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import Any, Protocol, TypeVar
 
 from shared.fastpath.fair_share import FairShare
-from shared.llm.base import LLMEvent, ReasoningDelta, TextDelta
 
 __all__ = ["HOLD_MAX_CHARS", "MAX_BUDGET_MS", "aclose_stream", "coalesce", "valid_budget_ms"]
 
@@ -40,7 +41,17 @@ HOLD_MAX_CHARS = 16_384
 # The largest budget the settings accept: past a second the stream no longer reads as streaming.
 MAX_BUDGET_MS = 1000
 
-_Delta = TextDelta | ReasoningDelta
+E = TypeVar("E")
+
+
+class Delta(Protocol):
+    """A piece of streamed text (``shared.llm.base.TextDelta``, ``ReasoningDelta``): its type built
+    from a text is the piece of that text."""
+
+    text: str
+
+
+DeltaType = Callable[[str], Any]
 
 
 def valid_budget_ms(value: float) -> float:
@@ -53,15 +64,19 @@ def valid_budget_ms(value: float) -> float:
     return value
 
 
-def coalesce(events: AsyncIterable[LLMEvent], budget_ms: float) -> AsyncIterator[LLMEvent]:
-    """``events`` with deltas joined within ``budget_ms`` (0: ``events`` itself). The caller closes
-    what it gets (``aclose_stream``), which closes ``events`` too."""
+def coalesce(
+    events: AsyncIterable[E], budget_ms: float, deltas: tuple[DeltaType, ...],
+) -> AsyncIterator[E]:
+    """``events`` with the ``deltas`` types' events joined within ``budget_ms`` (0: ``events``
+    itself). The caller closes what it gets (``aclose_stream``), which closes ``events`` too."""
     if budget_ms <= 0:
         return events.__aiter__()
-    return _Coalesced(events.__aiter__(), budget_ms / 1000)
+    if not deltas:
+        raise ValueError("coalesce needs the delta types it joins")
+    return _Coalesced(events.__aiter__(), budget_ms / 1000, deltas)  # type: ignore[return-value]
 
 
-async def aclose_stream(events: AsyncIterator[LLMEvent]) -> None:
+async def aclose_stream(events: AsyncIterator[Any]) -> None:
     """Close a stream ``coalesce`` returned (or any async iterator that can be closed)."""
     aclose = getattr(events, "aclose", None)
     if aclose is not None:
@@ -75,22 +90,23 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 
 class _Coalesced:
     __slots__ = (
-        "_budget", "_deadline", "_ended", "_error", "_firsts", "_held", "_held_chars", "_kind", "_loop",
+        "_budget", "_deadline", "_deltas", "_ended", "_error", "_firsts", "_held", "_held_chars", "_kind", "_loop",
         "_out", "_pump", "_room", "_source", "_timer", "_waiter",
     )
 
-    def __init__(self, source: AsyncIterator[LLMEvent], budget_s: float) -> None:
+    def __init__(self, source: AsyncIterator[Any], budget_s: float, deltas: tuple[DeltaType, ...]) -> None:
         self._source = source
+        self._deltas = frozenset(deltas)
         self._budget = budget_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pump: asyncio.Task[None] | None = None
         # Events due to the reader, in order; the held chunk always comes after them.
-        self._out: deque[LLMEvent] = deque()
+        self._out: deque[Any] = deque()
         self._held: list[str] = []
         self._held_chars = 0
-        self._kind: type[_Delta] = TextDelta
+        self._kind: DeltaType = deltas[0]
         self._deadline = 0.0  # loop time the held chunk is due at
-        self._firsts: set[type[_Delta]] = {TextDelta, ReasoningDelta}  # kinds whose first delta is to come
+        self._firsts = set(deltas)  # the types whose first delta is still to come
         self._ended = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None  # the reader's, while it waits
@@ -100,7 +116,7 @@ class _Coalesced:
     def __aiter__(self) -> _Coalesced:
         return self
 
-    async def __anext__(self) -> LLMEvent:
+    async def __anext__(self) -> Any:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -136,7 +152,7 @@ class _Coalesced:
                 self._timer.cancel()
                 self._timer = None
 
-    def _release(self) -> _Delta:
+    def _release(self) -> Delta:
         held = self._held
         text = held[0] if len(held) == 1 else "".join(held)
         self._held = []
@@ -162,12 +178,12 @@ class _Coalesced:
                 await share.checkpoint()
                 event = await source.__anext__()
                 kind = type(event)
-                if kind is TextDelta or kind is ReasoningDelta:
-                    text = event.text  # type: ignore[union-attr]
+                if kind in self._deltas:
+                    text = event.text
                     if not text:
                         continue
                     if kind in self._firsts:
-                        self._firsts.discard(kind)  # type: ignore[arg-type]
+                        self._firsts.discard(kind)
                         self._flush()
                         out.append(event)
                         self._due()
@@ -176,7 +192,7 @@ class _Coalesced:
                         self._flush()
                         self._due()
                     if not self._held:
-                        self._start(kind)  # type: ignore[arg-type]
+                        self._start(kind)
                     self._held.append(text)
                     self._held_chars += len(text)
                     if self._held_chars >= HOLD_MAX_CHARS:
@@ -200,7 +216,7 @@ class _Coalesced:
             self._ended = True
             self._due()
 
-    def _start(self, kind: type[_Delta]) -> None:
+    def _start(self, kind: DeltaType) -> None:
         """A new chunk: due ``budget`` from now. A reader already waiting (with nothing held, so with
         no deadline) is woken then, while the model may say nothing more."""
         loop = self._loop

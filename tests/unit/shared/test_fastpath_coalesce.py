@@ -10,7 +10,15 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from shared.fastpath.coalesce import HOLD_MAX_CHARS, aclose_stream, coalesce, valid_budget_ms
-from shared.llm.base import LLMConnectionError, LLMDone, LLMEvent, ReasoningDelta, TextDelta, ToolCall
+from shared.llm.base import (
+    DELTA_TYPES,
+    LLMConnectionError,
+    LLMDone,
+    LLMEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+)
 
 LONG_MS = 60_000  # a budget no test waits out: what flushes is the event under test, not the timer
 WITHIN_S = 5.0  # how long a test waits for something due at once before failing (never reached when it passes)
@@ -66,7 +74,7 @@ async def next_of(stream: AsyncIterator[LLMEvent]) -> LLMEvent:
 
 async def test_off_is_the_stream_itself() -> None:
     source = Model().stream()
-    assert coalesce(source, 0) is source
+    assert coalesce(source, 0, DELTA_TYPES) is source
 
 
 @pytest.mark.parametrize("value", [-1, -0.001, 1000.5, 5000, float("nan"), float("inf")])
@@ -82,7 +90,7 @@ def test_a_budget_from_0_to_1000_ms_is_taken(value: float) -> None:
 
 async def test_the_first_text_delta_is_not_held() -> None:
     model = Model()
-    stream = coalesce(model.stream(), LONG_MS)
+    stream = coalesce(model.stream(), LONG_MS, DELTA_TYPES)
     model.send(TextDelta("Hel"))
     assert await next_of(stream) == TextDelta("Hel")
     await aclose_stream(stream)
@@ -90,7 +98,7 @@ async def test_the_first_text_delta_is_not_held() -> None:
 
 async def test_deltas_that_arrive_while_one_waits_go_on_as_one_before_a_tool_call() -> None:
     model = Model()
-    stream = coalesce(model.stream(), LONG_MS)
+    stream = coalesce(model.stream(), LONG_MS, DELTA_TYPES)
     model.send(TextDelta("a"))
     assert await next_of(stream) == TextDelta("a")
     call = ToolCall(id="c1", name="add", arguments={"a": 1})
@@ -108,7 +116,7 @@ async def test_deltas_that_arrive_while_one_waits_go_on_as_one_before_a_tool_cal
 
 async def test_the_end_of_the_stream_flushes_what_is_held() -> None:
     model = Model()
-    stream = coalesce(model.stream(), LONG_MS)
+    stream = coalesce(model.stream(), LONG_MS, DELTA_TYPES)
     model.send(TextDelta("a"), TextDelta("b"), TextDelta("c"))
     model.end()
     assert [event async for event in stream] == [TextDelta("a"), TextDelta("bc")]
@@ -116,7 +124,7 @@ async def test_the_end_of_the_stream_flushes_what_is_held() -> None:
 
 async def test_an_error_is_raised_after_the_held_text_is_out() -> None:
     model = Model()
-    stream = coalesce(model.stream(), LONG_MS)
+    stream = coalesce(model.stream(), LONG_MS, DELTA_TYPES)
     model.send(TextDelta("a"), TextDelta("b"), TextDelta("c"))
     model.fail(LLMConnectionError("the connection broke"))
     assert await next_of(stream) == TextDelta("a")
@@ -128,7 +136,7 @@ async def test_an_error_is_raised_after_the_held_text_is_out() -> None:
 async def test_held_text_is_released_when_the_budget_runs_out_while_the_model_is_silent() -> None:
     model = Model()
     budget_ms = 30
-    stream = coalesce(model.stream(), budget_ms)
+    stream = coalesce(model.stream(), budget_ms, DELTA_TYPES)
     model.send(TextDelta("a"))
     assert await next_of(stream) == TextDelta("a")
     loop = asyncio.get_running_loop()
@@ -151,7 +159,7 @@ async def test_held_text_is_released_when_the_budget_runs_out_while_the_model_is
 async def test_a_reader_already_waiting_when_the_chunk_starts_gets_it_when_the_budget_runs_out() -> None:
     model = Model()
     budget_ms = 20
-    stream = coalesce(model.stream(), budget_ms)
+    stream = coalesce(model.stream(), budget_ms, DELTA_TYPES)
     model.send(TextDelta("a"))
     assert await next_of(stream) == TextDelta("a")
     reader = asyncio.ensure_future(stream.__anext__())
@@ -170,7 +178,7 @@ async def test_a_reader_already_waiting_when_the_chunk_starts_gets_it_when_the_b
 async def test_a_model_that_keeps_streaming_is_cut_into_chunks_by_the_budget() -> None:
     model = Model()
     budget_ms = 20
-    stream = coalesce(model.stream(), budget_ms)
+    stream = coalesce(model.stream(), budget_ms, DELTA_TYPES)
 
     async def produce() -> None:
         for i in range(60):
@@ -188,7 +196,7 @@ async def test_a_model_that_keeps_streaming_is_cut_into_chunks_by_the_budget() -
 
 async def test_a_reader_that_asks_late_gets_everything_that_arrived_meanwhile_as_one() -> None:
     model = Model()
-    stream = coalesce(model.stream(), 1)
+    stream = coalesce(model.stream(), 1, DELTA_TYPES)
     model.send(TextDelta("a"))
     assert await next_of(stream) == TextDelta("a")
     model.send(TextDelta("b"))
@@ -202,7 +210,7 @@ async def test_a_reader_that_asks_late_gets_everything_that_arrived_meanwhile_as
 
 async def test_reasoning_is_joined_the_same_way_and_flushed_by_text() -> None:
     model = Model()
-    stream = coalesce(model.stream(), LONG_MS)
+    stream = coalesce(model.stream(), LONG_MS, DELTA_TYPES)
     model.send(ReasoningDelta("Let"), ReasoningDelta(" me"), ReasoningDelta(" think"), TextDelta("It"),
                TextDelta(" is"), TextDelta(" 4"), ReasoningDelta("checked"), LLMDone())
     model.end()
@@ -220,7 +228,7 @@ async def test_order_is_kept_and_the_joined_text_is_the_concatenation() -> None:
         events.append(ToolCall(id=f"c{turn}", name="add", arguments={"turn": turn}))
     events.append(LLMDone(completion_tokens=len(events)))
     model = Model()
-    stream = coalesce(model.stream(), LONG_MS)
+    stream = coalesce(model.stream(), LONG_MS, DELTA_TYPES)
     model.send(*events)
     model.end()
     out = [event async for event in stream]
@@ -237,7 +245,7 @@ async def test_order_is_kept_and_the_joined_text_is_the_concatenation() -> None:
 
 async def test_empty_deltas_are_dropped() -> None:
     model = Model()
-    stream = coalesce(model.stream(), LONG_MS)
+    stream = coalesce(model.stream(), LONG_MS, DELTA_TYPES)
     model.send(TextDelta(""), TextDelta("a"), TextDelta(""), TextDelta("b"), LLMDone())
     model.end()
     assert [event async for event in stream] == [TextDelta("a"), TextDelta("b"), LLMDone()]
@@ -245,7 +253,7 @@ async def test_empty_deltas_are_dropped() -> None:
 
 async def test_a_reader_far_behind_gets_the_held_text_at_once_and_the_model_waits_for_it() -> None:
     model = Model()
-    stream = coalesce(model.stream(), LONG_MS)
+    stream = coalesce(model.stream(), LONG_MS, DELTA_TYPES)
     model.send(TextDelta("first"))
     assert await next_of(stream) == TextDelta("first")
     piece = "x" * 1024
@@ -268,7 +276,7 @@ async def test_a_reader_far_behind_gets_the_held_text_at_once_and_the_model_wait
 
 async def test_closing_stops_the_pump_waiting_on_the_model_and_closes_the_model_stream() -> None:
     model = Model()
-    stream = coalesce(model.stream(), LONG_MS)
+    stream = coalesce(model.stream(), LONG_MS, DELTA_TYPES)
     model.send(TextDelta("a"), TextDelta("b"))
     assert await next_of(stream) == TextDelta("a")
     await until(lambda: model.read == 2)
@@ -278,7 +286,7 @@ async def test_closing_stops_the_pump_waiting_on_the_model_and_closes_the_model_
 
 async def test_a_reader_cancelled_while_it_waits_leaves_the_stream_closable() -> None:
     model = Model()
-    stream = coalesce(model.stream(), LONG_MS)
+    stream = coalesce(model.stream(), LONG_MS, DELTA_TYPES)
     model.send(TextDelta("a"), TextDelta("b"))
     assert await next_of(stream) == TextDelta("a")
     reader = asyncio.ensure_future(stream.__anext__())
