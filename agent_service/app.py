@@ -273,7 +273,8 @@ async def build_token_verifier(
     oidc = settings.auth_oidc
     if not oidc.enabled:
         return None
-    # Imported only here: PyJWT and cryptography cost every process ~10 MiB (see tests/unit/test_lazy_imports.py).
+    # Imported only here: a process that verifies no tokens does not load PyJWT (see
+    # tests/unit/architecture/test_start_up_imports.py).
     from shared.oidc.metrics import OIDCMetrics
     from shared.oidc.provider import IdentityProvider
     from shared.oidc.verifier import AccessTokenVerifier
