@@ -13,7 +13,7 @@ TOKENS_PER_REPLY = 3
 
 @lru_cache(maxsize=4)
 def get_encoding(name: str = DEFAULT_ENCODING):
-    # Imported at first use: loading the tokenizer takes about a second, which a process that counts
+    # Imported at first use: loading the tokenizer takes up to a second, which a process that counts
     # no tokens (the operator's CLI, a migration) should not pay at start. A service that does count
     # loads it while it starts (``warm``), not in the middle of its first requests.
     import bpe_openai
@@ -31,8 +31,8 @@ def get_encoding(name: str = DEFAULT_ENCODING):
 
 
 def warm(name: str = DEFAULT_ENCODING) -> None:
-    """Load the tokenizer now (about a second of CPU that holds the interpreter): a service calls it
-    while it starts, so that its first burst of requests does not wait on it."""
+    """Load the tokenizer now (0.4-1 s of CPU, holding the interpreter): a service calls it while it
+    starts, so that its first burst of requests does not wait on it."""
     get_encoding(name)
 
 

@@ -27,8 +27,8 @@ from agent_service.settings import AgentServiceSettings, CallerKeySettings
 from shared.oidc.errors import InvalidToken, ProviderUnavailable
 
 if TYPE_CHECKING:
-    # Only for annotations: the verifier brings PyJWT and cryptography, which a service without an
-    # identity provider configured does not load (app.build_token_verifier imports it when one is).
+    # Only for annotations: the verifier brings PyJWT, which a service without an identity provider
+    # configured does not load (app.build_token_verifier imports it when one is).
     from shared.oidc.verifier import AccessTokenVerifier, VerifiedToken
 
 log = logging.getLogger(__name__)
