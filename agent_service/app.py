@@ -309,6 +309,7 @@ async def build_agent(
         tool_timeout_s=settings.tool_timeout_seconds, max_tool_result_chars=settings.max_tool_result_chars,
         hooks=build_hooks(stack, settings, metrics), limiter=build_rate_limits(stack, settings),
         default_model=default_model(settings.llm, provider), memory=memory, tracing=tracing,
+        stream_coalesce_ms=settings.stream_coalesce_ms,
     )
     event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics, tracing, profiles)
     callers = CallerResolver(settings, await build_token_verifier(stack, settings, metrics))

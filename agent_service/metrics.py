@@ -181,7 +181,8 @@ class AgentMetrics:
         )
         self.event_overhead = event_histogram(
             "agent_event_overhead_seconds",
-            "From a model delta received to its SSE bytes written to a live stream (non-terminal events)",
+            "From a model chunk received (its deltas coalesced) to its SSE bytes written to a live stream "
+            "(non-terminal events)",
             _OVERHEAD_BUCKETS, self.registry,
         )
 

@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.db import is_sqlite
+from shared.fastpath.coalesce import valid_budget_ms
 from shared.heap_profile import HeapProfileSettings
 from shared.llm.config import LLMSettings
 from shared.media import is_media_range
@@ -93,6 +94,13 @@ class AgentServiceSettings(BaseSettings):
     knowledge_dir: Path | None = None
     ask_user_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
     group_commit_ms: Annotated[float, Field(ge=0)] = 50.0
+    # A run's model deltas that arrive within this many ms of the first one waiting go out as one
+    # ANSWER_CHUNK (one seq, one durable write, one SSE message); the first of a run is never held.
+    # 0: one event per delta. STREAM_COALESCE_MS, the ConversationService's name, is read too.
+    stream_coalesce_ms: float = Field(
+        default=25.0,
+        validation_alias=AliasChoices("AGENT_SERVICE_STREAM_COALESCE_MS", "STREAM_COALESCE_MS"),
+    )
     # While the database is away (a restart, a failover) the event log's writes wait and are retried
     # in order for this long; past it the runs whose events could not be written end with ERROR
     # STORAGE_UNAVAILABLE, never with a COMPLETE over the hole.
@@ -235,6 +243,11 @@ class AgentServiceSettings(BaseSettings):
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
         return value
+
+    @field_validator("stream_coalesce_ms")
+    @classmethod
+    def _coalesce_budget(cls, value: float) -> float:
+        return valid_budget_ms(value)
 
     @field_validator("mcp_server_state_keys", mode="before")
     @classmethod

@@ -131,6 +131,7 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 system_prompt=settings.direct_llm_system_prompt, max_tokens=settings.direct_llm_max_tokens,
                 limiter=build_rate_limits(stack, settings),
                 model=default_model(settings.llm, llm), stops=leases.stops,
+                stream_coalesce_ms=settings.stream_coalesce_ms,
             )
             agent = app.state.agent = await stack.enter_async_context(
                 build_agent(settings, storage, realtime, llm, targets, replier, replies, tasks, leases, metrics,

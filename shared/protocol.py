@@ -106,6 +106,8 @@ class ExecuteRequest(BaseModel):
 
 class EventType(StrEnum):
     THOUGHT = "THOUGHT"
+    # Clients must not count on one event per model token: ANSWER_CHUNK (and THOUGHT) carry what the
+    # model streamed within a short budget, as one event (``AnswerChunkData``).
     TOOL_START = "TOOL_START"
     TOOL_END = "TOOL_END"
     ANSWER_CHUNK = "ANSWER_CHUNK"
@@ -146,6 +148,11 @@ class ToolEndData(BaseModel):
 
 
 class AnswerChunkData(BaseModel):
+    """More of the answer's text. One chunk is what the model streamed within the Agent Service's
+    ``STREAM_COALESCE_MS`` (25 ms by default): it may hold many tokens (a fast model's, a burst read
+    at once) or one; the first chunk of a run is its first token alone. The answer is the chunks'
+    text concatenated, whatever their number."""
+
     text: str
 
 

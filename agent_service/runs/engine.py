@@ -51,8 +51,10 @@ from agent_service.runs.state import (
 from agent_service.tools.ask_user import ASK_USER_TOOL_NAME, validate_question
 from agent_service.tools.base import InputRequired, Tool, ToolContext, ToolError, ToolOutput, UserReply
 from agent_service.tools.reply import NOT_RUN, REPLY_TOOL_NAME, SENT, validate_reply
+from shared.fastpath.coalesce import aclose_stream, coalesce
 from shared.fastpath.fair_share import fair_share
 from shared.llm.base import (
+    DELTA_TYPES,
     CompletionOptions,
     LLMError,
     LLMMessage,
@@ -105,9 +107,11 @@ class ReActEngine:
         self, provider: LLMProvider, tools: ToolLookup, metrics: AgentMetrics, *, ask_user_timeout_s: float,
         tool_timeout_s: float = 30.0, max_tool_result_chars: int = 16_000, hooks: HookRunner | None = None,
         limiter: RateLimiter | None = None, default_model: str | None = None, memory: LongTermMemory | None = None,
-        tracing: Tracing | TracingOff = NO_TRACING,
+        tracing: Tracing | TracingOff = NO_TRACING, stream_coalesce_ms: float = 0.0,
     ) -> None:
         self.provider = provider
+        # The model's deltas that arrive within this many ms go out as one ANSWER_CHUNK (0: one each).
+        self.stream_coalesce_ms = stream_coalesce_ms
         self.tracing = tracing
         self.tools = tools
         self.metrics = metrics
@@ -235,7 +239,9 @@ class ReActEngine:
         run's claim may still be committing while the model starts: ``early_start``)."""
         reply = ModelReply(emit, step, self._chunk_hooks(run))
         started = time.perf_counter()
-        stream = self.provider.stream(prompt.messages, tools=specs, options=prompt.options)
+        # What arrived together is taken as one: one ANSWER_CHUNK, one seq, one write, one SSE message.
+        stream = coalesce(self.provider.stream(prompt.messages, tools=specs, options=prompt.options),
+                          self.stream_coalesce_ms, DELTA_TYPES)
         try:
             # fair_share pauses for other runs after an event is out, never before.
             async for event in fair_share(stream):
@@ -246,9 +252,7 @@ class ReActEngine:
                         await ready
                 await reply.take(event)
         finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await aclose_stream(stream)
         reply.end_reasoning()
         return reply
 

@@ -1,6 +1,7 @@
 """``DirectLLMReplier``: stream the provider's reply to a user message as frames.
 
-``message.created`` (assistant message, status streaming), ``message.delta`` per chunk,
+``message.created`` (assistant message, status streaming), ``message.delta`` per chunk (the
+model's deltas that arrived within ``stream_coalesce_ms`` of each other: ``shared.fastpath.coalesce``),
 ``message.completed`` with the full text. The message row is written twice in all: created, then
 its final content once; the chunks live only in the frames (group-committed). An LLM failure ends
 in a ``message.error`` frame and the message marked ``error``: never silence. A stop by the user
@@ -36,8 +37,17 @@ from conversation_service.replies.endings import (
 )
 from conversation_service.turns.repository import TurnRepository
 from conversation_service.turns.stops import ReplyStops
+from shared.fastpath.coalesce import aclose_stream, coalesce
 from shared.fastpath.fair_share import fair_share
-from shared.llm.base import CompletionOptions, LLMDone, LLMError, LLMMessage, LLMProvider, TextDelta
+from shared.llm.base import (
+    DELTA_TYPES,
+    CompletionOptions,
+    LLMDone,
+    LLMError,
+    LLMMessage,
+    LLMProvider,
+    TextDelta,
+)
 from shared.logging import conversation_id_var
 from shared.protocol import utcnow
 from shared.rate_limit import RateLimited, RateLimiter, Wait
@@ -66,7 +76,9 @@ class DirectLLMReplier:
         limiter: RateLimiter | None = None,
         model: str = "",
         stops: ReplyStops | None = None,
+        stream_coalesce_ms: float = 0.0,
     ) -> None:
+        self._coalesce_ms = stream_coalesce_ms
         self._stops = stops or ReplyStops()
         self._tx = transactions
         self._replies = replies
@@ -146,7 +158,8 @@ class DirectLLMReplier:
     async def _stream(self, reply: Reply, message: Message, prompt: list[LLMMessage], parts: list[str]) -> Message:
         started = time.perf_counter()
         first = True
-        source = self._provider.stream(prompt, options=self._options)
+        # What arrived together is one frame, one fan-out message and one WebSocket write.
+        source = coalesce(self._provider.stream(prompt, options=self._options), self._coalesce_ms, DELTA_TYPES)
         try:
             # Deltas of one network read come without a wait and each frame is written inside
             # emit: fair_share pauses between them, so other conversations are not held behind a burst.
@@ -169,9 +182,7 @@ class DirectLLMReplier:
             return await self._end(reply, message, Failed(reason, "".join(parts)))
         finally:
             # A stop leaves the model's stream mid-answer: close its connection now, not at GC.
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await aclose_stream(source)
         return await self._end(reply, message, Completed("".join(parts)))
 
     async def _end(self, reply: Reply, message: Message, ending, *, outcome: str | None = None) -> Message:

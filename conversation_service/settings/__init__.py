@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from functools import cached_property
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from conversation_service.settings.a2a_agents import A2AAgentsSettings
@@ -18,6 +18,7 @@ from conversation_service.settings.delegation import DelegationSettings
 from conversation_service.settings.history import HistorySettings
 from conversation_service.settings.routing import RoutingSettings
 from shared.db import is_sqlite
+from shared.fastpath.coalesce import valid_budget_ms
 from shared.llm.config import LLMSettings
 from shared.rate_limit.config import RateLimitSettings
 
@@ -104,6 +105,11 @@ class ConversationSettings(BaseSettings):
     max_turns_in_flight: int = Field(default=100, ge=1, le=100_000)
     max_queued_turns: int = Field(default=400, ge=0, le=1_000_000)
 
+    # The direct reply's model deltas that arrive within this many ms of the first one waiting go out
+    # as one message.delta (one frame, one fan-out message, one WebSocket write); the first is never
+    # held. 0: one frame per delta.
+    stream_coalesce_ms: float = 25.0
+
     # Direct LLM path: how many recent messages make up the prompt, its system prompt, and the cap on
     # a reply's tokens (sent as max_tokens: a base model behind an OpenAI-compatible server may
     # otherwise go on for thousands). DIRECT_SYSTEM_PROMPT, the prompt's earlier name, is still read.
@@ -138,6 +144,11 @@ class ConversationSettings(BaseSettings):
     # The Agent Service's rate limits, read from the same AGENT_SERVICE_RATE_LIMIT_* variables:
     # the direct path honours them for its own model calls.
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+
+    @field_validator("stream_coalesce_ms")
+    @classmethod
+    def _coalesce_budget(cls, value: float) -> float:
+        return valid_budget_ms(value)
 
     @model_validator(mode="after")
     def _sweep_within_lease(self) -> ConversationSettings:

@@ -92,6 +92,9 @@ class LLMDone:
 
 
 LLMEvent = TextDelta | ReasoningDelta | ToolCall | LLMDone
+# The events that are pieces of streamed text: what arrives of them within a short budget may travel
+# on as one (``shared.fastpath.coalesce``).
+DELTA_TYPES = (TextDelta, ReasoningDelta)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -75,9 +75,10 @@ class A2AClient:
     async def stream(
         self, path_or_method: str, params: dict[str, Any], *, headers: dict[str, str] | None = None,
         stop_after: int | None = None, started: asyncio.Event | None = None,
+        until: Callable[[list[tuple[int | None, dict[str, Any]]]], bool] | None = None,
     ) -> list[tuple[int | None, dict[str, Any]]]:
-        """An SSE stream's (id, StreamResponse) pairs, until it ends or after ``stop_after`` of them;
-        ``started`` is set once the first one is read."""
+        """An SSE stream's (id, StreamResponse) pairs, until it ends, after ``stop_after`` of them or
+        once ``until`` holds of those read; ``started`` is set once the first one is read."""
         if self.rest:
             request = self.http.build_request("POST", f"/a2a/v1{path_or_method}", json=params, headers=headers)
         else:
@@ -96,6 +97,8 @@ class A2AClient:
                 if started is not None:
                     started.set()
                 if stop_after is not None and len(events) >= stop_after:
+                    break
+                if until is not None and until(events):
                     break
         finally:
             await response.aclose()

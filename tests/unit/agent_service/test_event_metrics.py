@@ -19,7 +19,8 @@ def test_overhead_histogram_exposes_what_a_prometheus_histogram_would() -> None:
     reference = CollectorRegistry()
     histogram = Histogram(
         "agent_event_overhead_seconds",
-        "From a model delta received to its SSE bytes written to a live stream (non-terminal events)",
+        "From a model chunk received (its deltas coalesced) to its SSE bytes written to a live stream "
+        "(non-terminal events)",
         buckets=metrics.event_overhead._bounds, registry=reference,
     )
     for value in OBSERVED:

@@ -96,6 +96,9 @@ async def test_a_failed_claim_leaves_no_trace_of_the_run(agent_factory, db) -> N
         session_id = await _session_with_one_turn(agent)
         events_before = await db.events(session_id)
         model.called.clear()
+        # A model still streaming when the claim fails (the run reads ahead of what it emits, so a
+        # model that answers at once would have finished by then): its call must be cut short.
+        model.chunk_delay = 30
         async with db.sessionmaker() as blocker:
             # Another replica's run claims the session first (its row and the session's status).
             other_run = uuid.uuid4().hex
@@ -115,7 +118,7 @@ async def test_a_failed_claim_leaves_no_trace_of_the_run(agent_factory, db) -> N
             await blocker.commit()
         result = await asyncio.wait_for(execute, 20)
         assert result.status == 409 and result.body["error"] == "run_in_progress"
-        # Whether or not its model call had started, the refused run wrote nothing and stopped.
+        # Whether or not its model call had started, the refused run wrote nothing and its call stopped.
         assert await db.events(session_id) == events_before
         assert model.closed_unfinished == (1 if model.called.is_set() else 0)
         async with db.sessionmaker() as reader:

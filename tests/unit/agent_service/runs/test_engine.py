@@ -114,10 +114,33 @@ async def test_text_answer_streams_chunks_and_completes() -> None:
     outcome = await _engine(provider).run(_ctx(_profile()), _state(), rec)
     assert isinstance(outcome, Completed)
     assert outcome.answer == "Hello there."
+    # Coalescing off (the engine's default; the service turns it on): one chunk per delta.
     assert rec.types() == [EventType.ANSWER_CHUNK, EventType.ANSWER_CHUNK]
     assert outcome.usage.prompt_tokens == 10 and outcome.usage.completion_tokens == 3
     assert outcome.usage.total_tokens == 13 and outcome.usage.llm_calls == 1
     assert provider.calls[0][1] == ["add"]  # only tools the lookup knows are offered
+
+
+async def test_with_coalescing_deltas_that_came_together_are_one_chunk_and_the_first_is_alone() -> None:
+    provider = ScriptedProvider([
+        [ReasoningDelta("I should "), ReasoningDelta("add "), ReasoningDelta("first."), TextDelta("Let"),
+         TextDelta(" me"), TextDelta(" add."), ToolCall("c1", "add", {"a": 2, "b": 3}), LLMDone()],
+        [TextDelta("The"), TextDelta(" sum"), TextDelta(" is"), TextDelta(" 5."), LLMDone()],
+    ])
+    rec = Recorder()
+    # A budget no test waits out: what sends the held text is the tool call, or the end of the reply.
+    engine = ReActEngine(provider, Tools(AddTool()), AgentMetrics(), ask_user_timeout_s=300,
+                         stream_coalesce_ms=60_000)
+    outcome = await engine.run(_ctx(_profile()), _state(), rec)
+    assert isinstance(outcome, Completed) and outcome.answer == "Let me add.The sum is 5."
+    assert [(t, d.get("text")) for t, d in rec.events] == [
+        (EventType.THOUGHT, "I should add first."),  # one thought, as without coalescing
+        (EventType.ANSWER_CHUNK, "Let"),  # each model call's first token at once
+        (EventType.ANSWER_CHUNK, " me add."),  # sent before the tool call
+        (EventType.TOOL_START, None), (EventType.TOOL_END, None),
+        (EventType.ANSWER_CHUNK, "The"),
+        (EventType.ANSWER_CHUNK, " sum is 5."),  # sent at the end of the reply
+    ]
 
 
 async def test_tool_call_result_goes_back_to_the_model() -> None:
