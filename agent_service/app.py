@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from fastapi import FastAPI
@@ -56,6 +56,7 @@ from agent_service.sessions.service import SessionService
 from agent_service.settings import AgentServiceSettings
 from agent_service.tools.knowledge.indexer import index_knowledge
 from agent_service.tools.registry import build_registry
+from shared import tokens
 from shared.api_docs import install_api_docs
 from shared.body_limit import BodySizeLimitMiddleware
 from shared.db import create_engine, create_lease_engine, create_sessionmaker
@@ -66,9 +67,6 @@ from shared.http_metrics import HttpMetricsMiddleware, install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
 from shared.logging import RequestIdMiddleware
-from shared.oidc.metrics import OIDCMetrics
-from shared.oidc.provider import IdentityProvider
-from shared.oidc.verifier import AccessTokenVerifier
 from shared.rate_limit import RateLimiter, build_limiter, default_model
 from shared.serving import Shutdown
 from shared.tracing import NO_TRACING, Tracing, TracingOff
@@ -78,6 +76,9 @@ from shared.tracing.db import trace_engine
 from shared.tracing.genai import traced_provider
 from shared.tracing.http_client import traced_transport
 from shared.tracing.logs import install_log_ids
+
+if TYPE_CHECKING:
+    from shared.oidc.verifier import AccessTokenVerifier
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +273,12 @@ async def build_token_verifier(
     oidc = settings.auth_oidc
     if not oidc.enabled:
         return None
+    # Imported only here: a process that verifies no tokens does not load PyJWT (see
+    # tests/unit/architecture/test_start_up_imports.py).
+    from shared.oidc.metrics import OIDCMetrics
+    from shared.oidc.provider import IdentityProvider
+    from shared.oidc.verifier import AccessTokenVerifier
+
     http = await stack.enter_async_context(httpx.AsyncClient(follow_redirects=False, timeout=oidc.http_timeout_s))
     oidc_metrics = OIDCMetrics(metrics.registry, "agent")
     provider = IdentityProvider(oidc, http, on_fetch=oidc_metrics.fetched)
@@ -286,6 +293,9 @@ async def build_agent(
 ) -> AgentState:
     metrics = AgentMetrics()
     install_http_metrics(app, metrics.registry)
+    # Runs count tokens (the memory's budget, rate limits, the usage a model does not send): loading the
+    # tokenizer at the first count held the event loop for up to a second in the middle of a burst.
+    tokens.warm()
     tracing = build_tracing_of(stack, app, TracingConfig.from_env())
     db_engine = await build_storage(stack, settings, tracing)
     sessionmaker = create_sessionmaker(db_engine)

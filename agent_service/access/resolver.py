@@ -19,12 +19,17 @@ import hashlib
 import hmac
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agent_service.access.caller import ALL_PERMISSIONS, LEGACY_SERVICE, Caller, CallerKind, Permission
 from agent_service.errors import IdentityProviderUnavailable, Unauthorized
 from agent_service.settings import AgentServiceSettings, CallerKeySettings
 from shared.oidc.errors import InvalidToken, ProviderUnavailable
-from shared.oidc.verifier import AccessTokenVerifier, VerifiedToken
+
+if TYPE_CHECKING:
+    # Only for annotations: the verifier brings PyJWT, which a service without an identity provider
+    # configured does not load (app.build_token_verifier imports it when one is).
+    from shared.oidc.verifier import AccessTokenVerifier, VerifiedToken
 
 log = logging.getLogger(__name__)
 ANY_ORG = "*"

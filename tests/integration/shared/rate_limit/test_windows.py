@@ -11,7 +11,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from shared.rate_limit.config import Dimension
-from shared.rate_limit.window import Charge, MemoryWindow, RedisWindow, Window
+from shared.rate_limit.redis_window import RedisWindow
+from shared.rate_limit.window import Charge, MemoryWindow, Window
 from tests.support.dependencies import TcpRelay
 
 REQUEST = Charge(Dimension.REQUESTS, 2, 1, 1)
