@@ -34,15 +34,19 @@ from typing import Any
 import httpx
 import psutil
 
-from loadtests.bench_capacity import Clients, level, parse_levels, settle
+from loadtests.bench_capacity import parse_levels
+from loadtests.capacity_client import Clients, LevelSpec, split
 from loadtests.common import (
+    AGENT_KEY,
     REPO_ROOT,
     Process,
     agent_process,
     databases,
     fake_llm,
     machine,
+    run_streams,
     running,
+    settle,
     work_dir,
     write_results,
 )
@@ -96,8 +100,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 for n in args.levels:
                     peak, stop = [0], asyncio.Event()
                     sampler = asyncio.create_task(peak_rss(agent.pid, peak, stop))
-                    row = await level(args, "agent", n, clients, {"agent_service": agent, "fake_model": llm},
-                                      {"agent": agent.url})
+                    timeout = args.ttft_ms / 1000 + args.tokens * args.token_delay_ms / 1000 + args.stream_timeout_s
+                    specs = [LevelSpec(target="agent", streams=k, tokens=args.tokens, timeout_s=timeout,
+                                       agent_url=agent.url, agent_key=AGENT_KEY, name=f"agent{n}-{i}")
+                             for i, k in enumerate(split(n, len(clients.procs)))]
+                    row = {"streams": n, **await run_streams(clients, specs, {"agent_service": agent, "fake_model": llm})}
+                    p95 = row["latency_ms"]["p95"]
+                    row["passed"] = row["errors"] == 0 and p95 is not None and p95 < args.p95_limit_ms
                     stop.set()
                     await sampler
                     row["rss_peak_mib"] = mib(peak[0])
