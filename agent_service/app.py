@@ -60,6 +60,7 @@ from shared import tokens
 from shared.api_docs import install_api_docs
 from shared.body_limit import BodySizeLimitMiddleware
 from shared.db import create_engine, create_lease_engine, create_sessionmaker
+from shared.fastpath.coalesce import split_budget
 from shared.fastpath.direct_body import DirectBodyMiddleware
 from shared.heap_profile import install_heap_profile
 from shared.http_contract import install_openapi
@@ -210,6 +211,7 @@ def build_model(
         provider = build_provider(
             settings.llm, on_wait=metrics.llm_connection_wait.observe, on_waiters=metrics.llm_connection_waiters.set,
             wrap_transport=partial(traced_transport, tracing) if tracing.enabled else None,
+            read_window_s=split_budget(settings.stream_coalesce_ms)[1],
         )
         stack.push_async_callback(provider.aclose)
     return traced_provider(tracing, provider, default_model(settings.llm, provider))
@@ -309,7 +311,8 @@ async def build_agent(
         tool_timeout_s=settings.tool_timeout_seconds, max_tool_result_chars=settings.max_tool_result_chars,
         hooks=build_hooks(stack, settings, metrics), limiter=build_rate_limits(stack, settings),
         default_model=default_model(settings.llm, provider), memory=memory, tracing=tracing,
-        stream_coalesce_ms=settings.stream_coalesce_ms,
+        # STREAM_COALESCE_MS is shared by the model's read window (build_model) and the chunk's hold.
+        stream_coalesce_ms=split_budget(settings.stream_coalesce_ms)[0],
     )
     event_log, manager, keeper = await build_runs(stack, settings, sessionmaker, engine, metrics, tracing, profiles)
     callers = CallerResolver(settings, await build_token_verifier(stack, settings, metrics))

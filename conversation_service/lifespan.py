@@ -63,6 +63,7 @@ from conversation_service.turns.observe import TurnObserver
 from shared.breaker import BreakerState, CircuitBreaker
 from shared.db import create_engine, create_lease_engine, create_sessionmaker
 from shared.fastpath.aiohttp_transport import AiohttpTransport
+from shared.fastpath.coalesce import split_budget
 from shared.http_metrics import install_http_metrics
 from shared.llm.base import LLMProvider
 from shared.llm.config import build_provider
@@ -131,7 +132,8 @@ def lifespan(settings: ConversationSettings) -> Callable[[FastAPI], AbstractAsyn
                 system_prompt=settings.direct_llm_system_prompt, max_tokens=settings.direct_llm_max_tokens,
                 limiter=build_rate_limits(stack, settings),
                 model=default_model(settings.llm, llm), stops=leases.stops,
-                stream_coalesce_ms=settings.stream_coalesce_ms,
+                # STREAM_COALESCE_MS is shared by the model's read window (build_llm) and the chunk's hold.
+                stream_coalesce_ms=split_budget(settings.stream_coalesce_ms)[0],
             )
             agent = app.state.agent = await stack.enter_async_context(
                 build_agent(settings, storage, realtime, llm, targets, replier, replies, tasks, leases, metrics,
@@ -249,7 +251,8 @@ async def build_leases(
 async def build_llm(settings: ConversationSettings, tracing: Tracing | TracingOff) -> AsyncIterator[LLMProvider]:
     """The LLM provider (direct replies, history summaries), with its pooled connections; traced
     (a GenAI span per call, ``traceparent`` on its requests) when tracing is on."""
-    llm = build_provider(settings.llm, wrap_transport=partial(traced_transport, tracing) if tracing.enabled else None)
+    llm = build_provider(settings.llm, wrap_transport=partial(traced_transport, tracing) if tracing.enabled else None,
+                         read_window_s=split_budget(settings.stream_coalesce_ms)[1])
     try:
         yield traced_provider(tracing, llm, default_model(settings.llm, llm))
     finally:

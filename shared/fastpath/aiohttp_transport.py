@@ -6,10 +6,18 @@ an anyio cancel scope per read (and each request start scans the whole pool, pol
 socket): 64 us of CPU per chunk against 22 us through this transport, 100 paced streams of 200
 chunks in one process (docs/benchmarks-history.md). Code above keeps httpx's API, timeouts and exceptions:
 ``httpx.AsyncClient(transport=AiohttpTransport(...))`` is the only line that knows.
+
+With ``read_window_s``, a fast stream is read at most once per window: after a read that came
+within two windows of the one before, the socket is left unread for the rest of the window, so the
+tokens a fast model sends meanwhile wait in the kernel and come in one read, through the parser and
+every layer above once instead of once per token. A slow stream (a token every 20 ms) is read as it
+comes. The window is a fraction of the coalescing budget (``coalesce.read_window_s``): the deltas
+it holds back would have waited for their chunk anyway.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -29,8 +37,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     """Up to ``max_connections`` kept-alive connections. Redirects, authentication and decoding stay
     httpx's; proxies are the client's (httpx mounts its own transport for a proxied URL)."""
 
-    def __init__(self, *, max_connections: int) -> None:
+    def __init__(self, *, max_connections: int, read_window_s: float = 0.0) -> None:
         self._max_connections = max_connections
+        self._read_window = read_window_s
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
@@ -61,7 +70,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                     raise
                 raise mapped from exc
         return httpx.Response(
-            answer.status, headers=list(answer.raw_headers), stream=_Body(answer, request),
+            answer.status, headers=list(answer.raw_headers), stream=_Body(answer, request, self._read_window),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": (answer.reason or "").encode()},
         )
 
@@ -73,20 +82,42 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 class _Body(httpx.AsyncByteStream):
     """The answer's body in the pieces the network delivered (a token's chunk as it was sent)."""
 
-    def __init__(self, answer: aiohttp.ClientResponse, request: httpx.Request) -> None:
+    def __init__(self, answer: aiohttp.ClientResponse, request: httpx.Request, read_window_s: float) -> None:
         self._answer = answer
         self._request = request
+        self._window = read_window_s
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        window = self._window
+        connection = self._answer.connection
+        transport = connection.transport if window > 0 and connection is not None else None
+        loop = asyncio.get_running_loop()
+        last = float("-inf")
         try:
             async for chunk in self._answer.content.iter_any():
+                came = loop.time()
+                fast, last = came - last < 2 * window, came
                 yield chunk
+                if transport is not None and fast:
+                    await _leave_unread(transport, came + window - loop.time())
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _httpx_error(exc, self._request) from exc  # always one of httpx's for these
 
     async def aclose(self) -> None:
         # Back to the pool once read to its end; closed otherwise.
         self._answer.release()
+
+
+async def _leave_unread(transport: asyncio.Transport, seconds: float) -> None:
+    """Leave the socket unread for ``seconds`` (unless flow control or a close already stopped it)."""
+    if seconds <= 0 or transport.is_closing() or not transport.is_reading():
+        return
+    transport.pause_reading()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        if not transport.is_closing():
+            transport.resume_reading()
 
 
 def _timeout(limits: dict[str, float | None]) -> aiohttp.ClientTimeout:

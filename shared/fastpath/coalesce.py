@@ -34,7 +34,8 @@ from typing import Any, Protocol, TypeVar
 
 from shared.fastpath.fair_share import FairShare
 
-__all__ = ["HOLD_MAX_CHARS", "MAX_BUDGET_MS", "aclose_stream", "coalesce", "valid_budget_ms"]
+__all__ = ["HOLD_MAX_CHARS", "MAX_BUDGET_MS", "aclose_stream", "coalesce", "read_window_s", "split_budget",
+           "valid_budget_ms"]
 
 # Held text past this is due at once, and the pump waits until the reader has taken it.
 HOLD_MAX_CHARS = 16_384
@@ -62,6 +63,20 @@ def valid_budget_ms(value: float) -> float:
             f"0 (off, one event per delta) to {MAX_BUDGET_MS}, not {value:g}"
         )
     return value
+
+
+def read_window_s(budget_ms: float) -> float:
+    """How long a fast model's socket may be left unread (``AiohttpTransport``) under a coalescing
+    budget: a fifth of it, at most 5 ms. A delta read that late still goes out within the budget
+    plus the window, and one read then carries the deltas of the whole window. 0 when off."""
+    return min(budget_ms / 5, 5.0) / 1000
+
+
+def split_budget(budget_ms: float) -> tuple[float, float]:
+    """``STREAM_COALESCE_MS`` is the most a delta waits in all: ``(hold_ms, read_window_s)``, the part
+    a chunk holds it (``coalesce``) and the part it may wait unread in the socket before that."""
+    window_s = read_window_s(budget_ms)
+    return budget_ms - window_s * 1000, window_s
 
 
 def coalesce(

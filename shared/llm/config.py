@@ -52,15 +52,20 @@ def build_provider(
     settings: LLMSettings, http_client: httpx.AsyncClient | None = None, *,
     on_wait: Callable[[float], None] | None = None, on_waiters: Callable[[int], None] | None = None,
     wrap_transport: Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport] | None = None,
+    read_window_s: float = 0.0,
 ) -> LLMProvider:
     """The configured provider (close it with ``aclose``). ``http_client``: a pooled client for the
     LLM upstream with room for ``llm_max_connections`` calls; without one the OpenAI-compatible
     provider creates (and closes) its own, on ``AiohttpTransport`` wrapped by ``wrap_transport`` when
-    given (tracing). ``on_wait``/``on_waiters`` report calls waiting for a free connection."""
+    given (tracing), which reads a fast stream at most once per ``read_window_s``
+    (``shared.fastpath.coalesce.read_window_s``). ``on_wait``/``on_waiters`` report calls waiting for a
+    free connection."""
     if settings.llm_provider == "openai":
         transport = None
-        if wrap_transport is not None and http_client is None:
-            transport = wrap_transport(AiohttpTransport(max_connections=settings.llm_max_connections))
+        if http_client is None:
+            transport = AiohttpTransport(max_connections=settings.llm_max_connections, read_window_s=read_window_s)
+            if wrap_transport is not None:
+                transport = wrap_transport(transport)
         return OpenAICompatibleProvider(
             base_url=settings.llm_base_url,
             api_key=settings.llm_api_key,
