@@ -46,6 +46,7 @@ from loadtests.common import (
     Cell,
     Pace,
     Rig,
+    comma_list,
     level_specs,
     machine,
     number_list,
@@ -144,13 +145,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parse_levels(text: str) -> list[int]:
-    try:
-        levels = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"levels are whole numbers separated by commas: {text!r}") from None
-    if not levels or any(n < 1 for n in levels):
-        raise argparse.ArgumentTypeError("levels must be positive")
-    return levels
+    """Stream counts separated by commas, each at least 1."""
+    return comma_list(text, int, 1)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

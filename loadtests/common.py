@@ -512,15 +512,22 @@ def verdict(value: float | None, limit: float) -> str:
 COALESCE_SETTING = "STREAM_COALESCE_MS"  # read by both services from the environment at start
 
 
-def number_list(text: str) -> list[float]:
-    """``"50,500,2000"`` -> ``[50.0, 500.0, 2000.0]`` (an argparse type: numbers >= 0)."""
+def comma_list(text: str, kind: type = float, minimum: float = 0) -> list:
+    """``"50,500,2000"`` -> ``[50.0, 500.0, 2000.0]``: an argparse type for values of ``kind`` (float
+    or int) of at least ``minimum``, separated by commas."""
+    what = "whole numbers" if kind is int else "numbers"
     try:
-        values = [float(x) for x in text.split(",") if x.strip()]
+        values = [kind(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"numbers separated by commas: {text!r}") from None
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"numbers >= 0 separated by commas: {text!r}")
+        raise argparse.ArgumentTypeError(f"{what} separated by commas: {text!r}") from None
+    if not values or any(v < minimum for v in values):
+        raise argparse.ArgumentTypeError(f"{what} >= {minimum:g} separated by commas: {text!r}")
     return values
+
+
+def number_list(text: str) -> list[float]:
+    """Numbers >= 0 separated by commas (speeds, budgets)."""
+    return comma_list(text)
 
 
 def add_speed_options(parser: argparse.ArgumentParser, *, coalesce_default: str | None = "0,25") -> None:
